@@ -207,8 +207,12 @@ impl TrainArgs {
         if args.init_partial == Some(true) && args.init.is_none() {
             return Err("--init-partial lets --init load part of a model, and no --init is given: give the weights file with --init FILE, or leave --init-partial out".into());
         }
-        let prefetch = number_or_auto(args.prefetch.as_deref(), "--prefetch", "a number of batches (0 = no prefetch)")?
-            .unwrap_or(d.prefetch);
+        let prefetch = number_or_auto(
+            args.prefetch.as_deref(),
+            "--prefetch",
+            "a number of batches (0 = no prefetch)",
+        )?
+        .unwrap_or(d.prefetch);
         let log_every = match args.log_every.as_deref() {
             None => d.log_every,
             Some(s) => s.parse()?,

@@ -93,7 +93,14 @@ fn flags_override_the_file_which_overrides_defaults() {
     let (c, _) = cli(&["--config", f.to_str().unwrap()]).unwrap();
     assert_eq!((c.prefetch, c.threads_per_worker), (4, None));
     // words in any case, as --devices AUTO is taken
-    let upper = ["--prefetch", "AUTO", "--loader-threads", " Auto", "--bn-stats", "BATCH"];
+    let upper = [
+        "--prefetch",
+        "AUTO",
+        "--loader-threads",
+        " Auto",
+        "--bn-stats",
+        "BATCH",
+    ];
     let (c, _) = cli(&upper).unwrap();
     assert_eq!((c.prefetch, c.loader_threads), (4, None));
     assert_eq!(c.bn_stats, crate::config::BnStats::Batch);

@@ -51,7 +51,10 @@ pub fn command() -> anyhow::Result<ExitCode> {
             }
         }
     } else {
-        crate::say!("NVRTC: not found; kernels not compiled. `pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `nvidia-cuda-nvrtc` (CUDA 13) to check them");
+        crate::say!(
+            "NVRTC: not found; kernels not compiled. Install it to check them: {}",
+            crate::backend::cuda::libs::NVRTC.install()
+        );
     }
     if failed {
         return Ok(ExitCode::from(1));

@@ -161,7 +161,7 @@ fn convolutions(model: &Model, devices: &[Device]) -> Option<String> {
                 Some(v) => format!("the cuDNN found is {v}, and they need cuDNN 9 or newer"),
                 None => "cuDNN not found".into(),
             },
-            libs::CUDNN.install
+            libs::CUDNN.install()
         ),
     })
 }

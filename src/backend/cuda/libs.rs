@@ -22,8 +22,10 @@ pub struct Wanted {
     pub link: &'static str,
     /// The file names it is shipped as, newest CUDA first.
     pub files: &'static [&'static str],
-    /// How to install it.
-    pub install: &'static str,
+    /// Its pip wheels for CUDA 12 and for CUDA 13 (`install` offers the one the driver takes).
+    wheels: [&'static str; 2],
+    /// Other ways to install it.
+    elsewhere: &'static str,
     /// cudarc's check that it can load it under its names (only tries to dlopen it).
     present: unsafe fn() -> bool,
 }
@@ -41,21 +43,24 @@ pub const NVRTC: Wanted = Wanted {
     what: "NVRTC",
     link: "libnvrtc.so",
     files: &["libnvrtc.so.13", "libnvrtc.so.12"],
-    install: "`pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) or `pip install nvidia-cuda-nvrtc` (CUDA 13), or conda `cuda-nvrtc`, or the CUDA toolkit",
+    wheels: ["nvidia-cuda-nvrtc-cu12", "nvidia-cuda-nvrtc"],
+    elsewhere: "conda `cuda-nvrtc`, or the CUDA toolkit",
     present: cudarc::nvrtc::sys::is_culib_present,
 };
 pub const CUBLAS: Wanted = Wanted {
     what: "cuBLAS",
     link: "libcublas.so",
     files: &["libcublas.so.13", "libcublas.so.12"],
-    install: "`pip install nvidia-cublas-cu12` (CUDA 12) or `pip install nvidia-cublas` (CUDA 13), or conda `libcublas`, or the CUDA toolkit",
+    wheels: ["nvidia-cublas-cu12", "nvidia-cublas"],
+    elsewhere: "conda `libcublas`, or the CUDA toolkit",
     present: cudarc::cublas::sys::is_culib_present,
 };
 pub const NCCL: Wanted = Wanted {
     what: "NCCL",
     link: "libnccl.so",
     files: &["libnccl.so.2"],
-    install: "`pip install nvidia-nccl-cu12` (CUDA 12) or `nvidia-nccl-cu13` (CUDA 13), or conda `nccl`, or apt `libnccl2`",
+    wheels: ["nvidia-nccl-cu12", "nvidia-nccl-cu13"],
+    elsewhere: "conda `nccl`, or apt `libnccl2`",
     present: cudarc::nccl::sys::is_culib_present,
 };
 
@@ -64,7 +69,8 @@ pub const CUDNN: Wanted = Wanted {
     what: "cuDNN",
     link: "libcudnn.so",
     files: &["libcudnn.so.9"],
-    install: "`pip install nvidia-cudnn-cu12` (CUDA 12) or `pip install nvidia-cudnn-cu13` (CUDA 13), or conda `cudnn`, or NVIDIA's cuDNN 9 packages",
+    wheels: ["nvidia-cudnn-cu12", "nvidia-cudnn-cu13"],
+    elsewhere: "conda `cudnn`, or NVIDIA's cuDNN 9 packages",
     present: cudarc::cudnn::sys::is_culib_present,
 };
 
@@ -72,6 +78,23 @@ pub const CUDNN: Wanted = Wanted {
 pub const MARK: &str = "MGTOP_CUDA_LIBS";
 
 impl Wanted {
+    /// How to install it for this machine's driver (`driver_major`).
+    pub fn install(&self) -> String {
+        static MAJOR: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+        self.install_for(*MAJOR.get_or_init(driver_major))
+    }
+
+    /// How to install it for a driver that supports CUDA `major` (`None`: unknown, no driver):
+    /// the wheel of that CUDA alone where it is 12 or 13 (the other's would not load).
+    pub fn install_for(&self, major: Option<u32>) -> String {
+        let [twelve, thirteen] = self.wheels;
+        let wheels = match major {
+            Some(12) => format!("`pip install {twelve}` (this driver's CUDA 12)"),
+            Some(13..) => format!("`pip install {thirteen}` (this driver's CUDA 13)"),
+            _ => format!("`pip install {twelve}` (CUDA 12) or `pip install {thirteen}` (CUDA 13)"),
+        };
+        format!("{wheels}, or {}", self.elsewhere)
+    }
     /// Whether cudarc can load it now.
     pub fn loadable(&self) -> bool {
         // SAFETY: only tries to dlopen the library under cudarc's names; nothing is called.
@@ -397,7 +420,7 @@ pub fn explain(w: &Wanted, found: Option<&Path>) -> String {
             "{} ({}) was not found: {}",
             w.what,
             w.files.join(" or "),
-            w.install
+            w.install()
         ),
     }
 }
@@ -472,8 +495,27 @@ mod tests {
     fn a_missing_library_is_explained_with_where_it_is_or_how_to_install_it() {
         let e = explain(&NCCL, None);
         assert!(
-            e.contains("libnccl.so.2") && e.contains("pip install nvidia-nccl-cu12"),
+            e.contains("libnccl.so.2") && e.contains("pip install nvidia-nccl-cu1"),
             "{e}"
+        );
+        // the wheel of the driver's CUDA alone: the other's would not load
+        let twelve = CUDNN.install_for(Some(12));
+        assert!(
+            twelve.starts_with("`pip install nvidia-cudnn-cu12` (this driver's CUDA 12), or conda")
+                && !twelve.contains("cu13"),
+            "{twelve}"
+        );
+        let thirteen = NVRTC.install_for(Some(13));
+        assert!(
+            thirteen.starts_with("`pip install nvidia-cuda-nvrtc` (this driver's CUDA 13)")
+                && !thirteen.contains("cu12"),
+            "{thirteen}"
+        );
+        let unknown = CUBLAS.install_for(None);
+        assert!(
+            unknown
+                .contains("nvidia-cublas-cu12` (CUDA 12) or `pip install nvidia-cublas` (CUDA 13)"),
+            "{unknown}"
         );
         let e = explain(&CUBLAS, Some(Path::new("/x/lib/libcublas.so.13")));
         assert!(

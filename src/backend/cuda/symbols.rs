@@ -26,13 +26,13 @@ pub fn explained(message: String) -> String {
     };
     let name = rest.split(':').next().unwrap_or(rest).trim();
     let (lib, install) = match name {
-        n if n.starts_with("nvrtc") => ("NVRTC", libs::NVRTC.install),
-        n if n.starts_with("cublas") => ("cuBLAS", libs::CUBLAS.install),
-        n if n.starts_with("nccl") => ("NCCL", libs::NCCL.install),
-        n if n.starts_with("cudnn") => ("cuDNN", libs::CUDNN.install),
+        n if n.starts_with("nvrtc") => ("NVRTC", libs::NVRTC.install()),
+        n if n.starts_with("cublas") => ("cuBLAS", libs::CUBLAS.install()),
+        n if n.starts_with("nccl") => ("NCCL", libs::NCCL.install()),
+        n if n.starts_with("cudnn") => ("cuDNN", libs::CUDNN.install()),
         _ => (
             "the CUDA driver (libcuda.so.1)",
-            "NVIDIA's driver 525 or newer, which nvidia-smi names",
+            "NVIDIA's driver 525 or newer, which nvidia-smi names".to_string(),
         ),
     };
     format!(

@@ -99,7 +99,7 @@ pub fn nvrtc_available() -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("NVRTC (libnvrtc) was not found: install the CUDA toolkit or `pip install nvidia-cuda-nvrtc-cu12` (CUDA 12) / `nvidia-cuda-nvrtc` (CUDA 13) and add its lib directory to LD_LIBRARY_PATH")]
+    #[error("NVRTC (libnvrtc) was not found: install it ({}) and add its lib directory to LD_LIBRARY_PATH", crate::backend::cuda::libs::NVRTC.install())]
     NoNvrtc,
     #[error("kernels/{file} does not compile for {arch}:\n{log}")]
     Compile {

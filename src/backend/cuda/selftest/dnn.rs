@@ -20,7 +20,7 @@ pub fn checks(gpu: &Gpu) -> Vec<Check> {
             max_abs: f64::NAN,
             note: format!(
                 "skipped: cuDNN not loaded (MGTOP_CUDNN=off, or not found: {})",
-                libs::CUDNN.install
+                libs::CUDNN.install()
             ),
         }];
     }
