@@ -1,6 +1,8 @@
 //! The process's time awake: a process stopped (Ctrl-Z, SIGTSTP, `kill -STOP`) and continued has
-//! not stalled meanwhile, so the clocks that find stalls count no further back than its last
-//! continuing (SIGCONT, noted by a handler installed at start).
+//! not stalled meanwhile, nor did a step it was taking take the time it was stopped, so the
+//! clocks that find stalls and time steps leave its last stop out: from the last tick of a
+//! thread that notes the time every `TICK` (a stop, which no handler sees, stops it too) to
+//! its continuing (SIGCONT, noted by a handler installed at start).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -11,6 +13,14 @@ static CONTINUED: AtomicU64 = AtomicU64::new(0);
 
 /// How many times the process has been continued (SIGCONT) since start.
 static CONTINUES: AtomicU64 = AtomicU64::new(0);
+
+/// CLOCK_MONOTONIC at the tick thread's last tick, and at the last tick before the last
+/// SIGCONT (about when the process was stopped); 0: none.
+static TICKED: AtomicU64 = AtomicU64::new(0);
+static STOPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How often the tick thread notes the time: how far off a stop's start may be taken.
+const TICK: Duration = Duration::from_millis(20);
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -23,6 +33,7 @@ fn monotonic_ns() -> u64 {
 }
 
 extern "C" fn on_continue(_: libc::c_int) {
+    STOPPED.store(TICKED.load(Ordering::Relaxed), Ordering::Relaxed);
     CONTINUED.store(monotonic_ns().max(1), Ordering::Relaxed);
     CONTINUES.fetch_add(1, Ordering::Relaxed);
 }
@@ -33,8 +44,14 @@ pub fn continues() -> u64 {
     CONTINUES.load(Ordering::Relaxed)
 }
 
-/// Notes each SIGCONT from now on (the process continues as it would without the handler).
+/// Notes each SIGCONT from now on (the process continues as it would without the handler), and
+/// the time every `TICK`.
 pub fn install() {
+    let ticks = std::thread::Builder::new().name("clock-tick".into());
+    let _ = ticks.spawn(|| loop {
+        TICKED.store(monotonic_ns(), Ordering::Relaxed);
+        std::thread::sleep(TICK);
+    });
     // SAFETY: a handler that only reads the clock and stores to an atomic
     unsafe {
         libc::signal(
@@ -44,18 +61,25 @@ pub fn install() {
     };
 }
 
-/// `waited`, a stretch of time that ends now, less whatever of it came before the process last
-/// continued after a stop.
+/// `waited`, a stretch of time that ends now, less the process's last stop where it falls in
+/// it (where the stop's start is unknown, whatever of it came before the continuing).
 pub fn awake(waited: Duration) -> Duration {
-    left_awake(waited, CONTINUED.load(Ordering::Relaxed), monotonic_ns())
+    let stop = (
+        STOPPED.load(Ordering::Relaxed),
+        CONTINUED.load(Ordering::Relaxed),
+    );
+    left_awake(waited, stop, monotonic_ns())
 }
 
-/// `waited` at most back to `continued` (0: never), both clocks read at `now`.
-fn left_awake(waited: Duration, continued: u64, now: u64) -> Duration {
-    match continued {
-        0 => waited,
-        at => waited.min(Duration::from_nanos(now.saturating_sub(at))),
+/// `waited` (ending at `now`) less its overlap with the stop from `stopped` to `continued`
+/// (`continued` 0: none; `stopped` 0: unknown, from the start of time), clocks in nanoseconds.
+fn left_awake(waited: Duration, (stopped, continued): (u64, u64), now: u64) -> Duration {
+    if continued == 0 {
+        return waited;
     }
+    let from = now.saturating_sub(waited.as_nanos().min(u64::MAX as u128) as u64);
+    let lost = continued.min(now).saturating_sub(stopped.max(from));
+    waited.saturating_sub(Duration::from_nanos(lost))
 }
 
 #[cfg(test)]
@@ -65,9 +89,15 @@ mod tests {
     #[test]
     fn a_stop_is_left_out_of_what_was_waited() {
         let s = Duration::from_secs;
-        assert_eq!(left_awake(s(5), 0, 9_000_000_000), s(5));
-        // continued 2 s ago after a long stop: 2 s of the 300 waited were awake
-        assert_eq!(left_awake(s(300), 7_000_000_000, 9_000_000_000), s(2));
-        assert_eq!(left_awake(s(1), 7_000_000_000, 9_000_000_000), s(1));
+        let at = |secs: u64| secs * 1_000_000_000;
+        assert_eq!(left_awake(s(5), (0, 0), at(9)), s(5));
+        // stopped from 10 s to 70 s, now 75 s: a step of 70 s took 10 (5 before, 5 after)
+        let stop = (at(10), at(70));
+        assert_eq!(left_awake(s(70), stop, at(75)), s(10));
+        // one begun after the continuing, or ended before the stop, lost nothing
+        assert_eq!(left_awake(s(3), stop, at(75)), s(3));
+        assert_eq!(left_awake(s(4), stop, at(9)), s(4));
+        // the stop's start unknown: what came before the continuing
+        assert_eq!(left_awake(s(300), (0, at(998)), at(1000)), s(2));
     }
 }

@@ -298,7 +298,7 @@ impl Worker {
                 self.strategy
                     .update(replica, self.coll.as_mut(), lr, next)?;
             // the process stopped (Ctrl-Z, kill -STOP) and continued during this step: its
-            // time counts from the continuing, and the stop is a pause to the ETA's pace
+            // time leaves the stop out, and the stop is a pause to the ETA's pace
             let continued = crate::clock::continues() != continues;
             let after_last = std::mem::take(&mut self.after_step);
             let step_time = match continued {

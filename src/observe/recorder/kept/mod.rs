@@ -29,6 +29,8 @@ use crate::observe::monitor::StepRow;
 pub struct Kept {
     every: LogEvery,
     steps: Ladder,
+    /// `auto` put the step due off to this one: the due one was an epoch's short last batch.
+    put_off: bool,
 }
 
 impl Kept {
@@ -36,14 +38,23 @@ impl Kept {
         Kept {
             every,
             steps: Ladder::new(every.steps().max(1)),
+            put_off: false,
         }
     }
 
-    /// Whether `row` (the newest, rows in step order) is kept.
+    /// Whether `row` (the newest, rows in step order) is kept. Under `auto` an epoch's short
+    /// last step, where one is due, puts it off to the step after (once): where the epochs'
+    /// steps divide the stride every kept step would be one, and a reader (the log, `view`'s
+    /// step times) would see none of the run's whole steps.
     pub fn keep(&mut self, row: &StepRow) -> bool {
         let last = row.is_last();
         match self.every {
-            LogEvery::Auto => self.steps.keep(row.step, row.at, last),
+            LogEvery::Auto => {
+                let due = self.steps.keep(row.step, row.at, last) || self.put_off;
+                let short = row.global_samples < row.per_replica * row.ranks.len();
+                self.put_off = due && short && !last && !self.put_off;
+                due && !self.put_off
+            }
             LogEvery::Steps(n) => row.step.is_multiple_of(n) || last,
         }
     }

@@ -246,3 +246,45 @@ fn bests_that_come_faster_than_ten_a_second_wait_for_the_next_record() {
     assert_eq!(k.keep(&epoch(101, 0.6), ms(102)), Verdict::Best);
     assert_eq!(k.keep(&epoch(107, 0.9), ms(500)), Verdict::Kept);
 }
+
+#[test]
+fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
+    use crate::engine::events::StepStats;
+    // 5 steps an epoch, the 5th of 16 samples of 32 (2 ranks of 16): every 50th step due is
+    // an epoch's last, so the one after it is kept; the run's last is kept, short or not
+    let mut k = Kept::new(LogEvery::Auto);
+    let kept: Vec<u64> = (1..=250)
+        .filter(|&step| {
+            let row = StepRow {
+                step,
+                at: Duration::from_secs_f64(step as f64 / 10.0),
+                per_replica: 16,
+                global_samples: if step % 5 == 0 { 16 } else { 32 },
+                ranks: vec![StepStats::default(); 2],
+                ends_at: Some(EndsAt {
+                    epoch: step.div_ceil(5) * 5,
+                    run: 250,
+                }),
+                ..StepRow::example(step)
+            };
+            k.keep(&row)
+        })
+        .collect();
+    assert_eq!(kept, [51, 101, 151, 201, 250]);
+    // a set smaller than a batch, every step short: kept as due, one step late at most
+    let mut k = Kept::new(LogEvery::Auto);
+    let kept: Vec<u64> = (1..=120)
+        .filter(|&step| {
+            let row = StepRow {
+                step,
+                at: Duration::from_secs_f64(step as f64 / 10.0),
+                per_replica: 16,
+                global_samples: 5,
+                ranks: vec![StepStats::default(); 2],
+                ..StepRow::example(step)
+            };
+            k.keep(&row)
+        })
+        .collect();
+    assert_eq!(kept, [51, 101]);
+}
