@@ -318,6 +318,22 @@ fn the_loss_title_keeps_the_accuracy_at_80_columns() {
     );
 }
 
+#[test]
+fn a_long_layer_list_leaves_the_header_its_devices_and_data() {
+    let mut app = demo::app(2, 150);
+    let layers = "conv16k3p1,bn,relu,pool2,conv32k3p1,bn,relu,dwconv3p1,bn,relu6,pool2,dense64";
+    app.info.model = layers.into();
+    app.info.name = format!("synthetic-images-{layers}");
+    for w in [80, 120] {
+        let s = screen(&app, w, 24);
+        let header = s.lines().next().unwrap();
+        assert!(
+            header.contains("conv16k3p1,bn,r") && header.contains("cpu0 cpu1"),
+            "{w}: {header}"
+        );
+    }
+}
+
 /// The lines of `s` (as TestBackend prints them: quoted) that show device `label`'s row.
 fn device_rows(s: &str, label: &str) -> usize {
     s.lines()

@@ -84,6 +84,9 @@ fn device_summary(info: &RunInfo) -> String {
 /// model's shapes (`images pets: 4…`).
 const DATA_SEEN: usize = 12;
 
+/// The characters of the model the first header line keeps however narrow the screen.
+const MODEL_SEEN: usize = 16;
+
 fn sep<'a>(theme: &Theme) -> Span<'a> {
     Span::styled(" │ ", theme.muted())
 }
@@ -94,10 +97,12 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let devs = device_summary(info);
     // (a long --name is cut so that the run's state always shows beside it)
     let state = state_span(app, theme);
-    let room = w.saturating_sub(state.content.chars().count() + 2).max(1);
+    // (and to a third of the line where longer: a default name, data and model, may be a
+    // whole layer list, and the model, devices and data follow it)
+    let room = (w.saturating_sub(state.content.chars().count() + 2).max(1)).min((w / 3).max(16));
     // (the model's shapes, `resnet20 (3x32x32-16x32x32-...)`, give way where they would
     // leave the data's name no room on a narrow screen: the --model alone then)
-    let name = crate::text::printable(&info.name);
+    let name = super::fit(&crate::text::printable(&info.name), room);
     let before_data = [name.as_str(), &state.content, &info.model, &devs]
         .iter()
         .map(|s| s.chars().count())
@@ -109,9 +114,13 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Some((alone, _)) if before_data + data_room > w => alone.to_string(),
         _ => info.model.clone(),
     };
+    // (a long layer list, `conv16k3p1,bn,relu,...`, is cut to leave the devices and the
+    // data's name their room: the outline (Tab) and the log say it whole)
+    let others = before_data - info.model.chars().count() + data_room;
+    let model = super::fit(&model, w.saturating_sub(others).max(MODEL_SEEN));
     let line1 = Line::from(vec![
         // (a file's or a socket's name: shown, never obeyed)
-        Span::styled(format!(" {} ", super::fit(&name, room)), theme.title()),
+        Span::styled(format!(" {name} "), theme.title()),
         state,
         sep(theme),
         Span::raw(model),
