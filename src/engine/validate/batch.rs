@@ -97,8 +97,12 @@ pub(in crate::engine) fn batch_within_data(
         1 => "it".to_string(),
         n => format!("all {n}"),
     };
+    let most = match per_replica * ranks * accum > samples {
+        true => "at most ",
+        false => "",
+    };
     notes.push(format!(
-        "a global batch of {} = {} is more than the training split's {}: {}, each step takes {all}",
+        "a global batch of {} = {} is more than the training split's {}: {most}{}, each step takes {all}",
         shares(cfg.batch_per_replica, cfg.grad_accum),
         cfg.batch_per_replica * ranks * cfg.grad_accum,
         crate::text::counted(samples, "sample"),
@@ -143,7 +147,7 @@ mod tests {
         assert_eq!((b, a), (23, 32));
         assert_eq!(
             notes,
-            ["a global batch of 32 per replica x 2 ranks x 32 accumulated = 2048 is more than the training split's 1438 samples: 23 per replica x 2 ranks x 32 accumulated, each step takes all 1438"]
+            ["a global batch of 32 per replica x 2 ranks x 32 accumulated = 2048 is more than the training split's 1438 samples: at most 23 per replica x 2 ranks x 32 accumulated, each step takes all 1438"]
         );
         // one sample a replica is still 2000: the accumulation is cut too
         let (b, a, notes) = cut(1, 1000, 80, 2);
