@@ -218,8 +218,11 @@ pub fn render_history(
         .filter(|(i, _)| only.is_none_or(|o| o == *i))
         .all(|(_, d)| matches!(d, Device::Cpu { .. }));
     let macc_title = "memory-access time %";
-    let text = "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)";
-    // one device's view has the room to say it in full; the overview says what fits a line
+    // one device's view has the room to say it in full; the overview says it short, on a line
+    let text = match only {
+        Some(_) => "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)",
+        None => "n/a on CPU workers (a GPU's counter)",
+    };
     let wrapped = wrap_text(text, area.width.saturating_sub(2) as usize);
     let text_h = if only.is_some() {
         wrapped.len() as u16
