@@ -179,7 +179,11 @@ fn selftest_reports_the_cuda_path_and_exits_0_without_a_gpu() {
     }
     // with NVRTC on the library path every kernel is compiled and listed
     assert!(out.contains("NVRTC: "), "{out}");
-    if out.contains("NVRTC: found") {
+    // which cuDNN convolves on GPUs, or why the own kernels do
+    assert!(out.contains("cuDNN: "), "{out}");
+    // (found: its version and the file loaded)
+    if out.contains("(architectures") {
+        assert!(out.contains("libnvrtc.so."), "{out}");
         assert!(
             out.contains("ok   optim.cu         sm_90") && !out.contains("FAIL"),
             "{out}"

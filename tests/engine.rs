@@ -730,7 +730,8 @@ fn a_batch_past_the_training_split_takes_it_all_each_step_and_says_so() {
     assert!(
         info.data_notes
             .iter()
-            .any(|n| n.contains("10000 per replica x 2 ranks") && n.contains("151 per replica x 2 ranks, each step")),
+            .any(|n| n.contains("10000 per replica x 2 ranks")
+                && n.contains("151 per replica x 2 ranks, each step")),
         "{:?}",
         info.data_notes
     );

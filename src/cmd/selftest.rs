@@ -8,7 +8,8 @@ use std::process::ExitCode;
 pub fn command() -> anyhow::Result<ExitCode> {
     use crate::backend::cuda::discover::{discover, Discovery};
     use crate::backend::cuda::kernels::{
-        compile_each, entry_points, nvrtc_available, supported_archs, Target, SOURCES,
+        compile_each, entry_points, nvrtc_available, nvrtc_release, supported_archs, Target,
+        SOURCES,
     };
     let gpus = discover();
     match &gpus {
@@ -30,7 +31,8 @@ pub fn command() -> anyhow::Result<ExitCode> {
     if nvrtc_available() {
         let archs = supported_archs().map_or_else(|e| e.to_string(), |a| format!("{a:?}"));
         crate::say!(
-            "NVRTC: found (architectures {archs}); compiling kernels/ to CUBIN for sm_80 and sm_90"
+            "NVRTC: {} (architectures {archs}); compiling kernels/ to CUBIN for sm_80 and sm_90",
+            found(nvrtc_release(), &crate::backend::cuda::libs::NVRTC)
         );
         // every file, not one kept from an earlier run: this checks the NVRTC at hand
         let sm = [80, 90].map(|arch| compile_each(Target::Cubin(arch), None));
@@ -56,6 +58,7 @@ pub fn command() -> anyhow::Result<ExitCode> {
             crate::backend::cuda::libs::NVRTC.install()
         );
     }
+    cudnn_line();
     if failed {
         return Ok(ExitCode::from(1));
     }
@@ -128,5 +131,33 @@ pub fn command() -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
         }
+    }
+}
+
+/// A library found: its version where known, and the file loaded.
+fn found(version: Option<String>, lib: &crate::backend::cuda::libs::Wanted) -> String {
+    let version = version.unwrap_or_else(|| "found".to_string());
+    match crate::backend::cuda::libs::loaded_from(lib) {
+        Some(p) => format!("{version}, {}", p.display()),
+        None => version,
+    }
+}
+
+/// What GPU convolutions go through here: cuDNN (its version and file), or the own kernels
+/// and why.
+fn cudnn_line() {
+    use crate::backend::cuda::{dnn, libs};
+    if dnn::available() {
+        crate::say!(
+            "cuDNN: {}; GPU convolutions go through it",
+            found(Some(dnn::version()), &libs::CUDNN)
+        );
+    } else if let Some(v) = dnn::too_old() {
+        crate::say!("cuDNN: {v}, older than the 9 its convolutions need: GPUs use the own kernels; for cuDNN's faster ones, install cuDNN 9: {}", libs::CUDNN.install());
+    } else {
+        crate::say!(
+            "cuDNN: not found: GPUs convolve with the own kernels; for cuDNN's faster ones, install it: {}",
+            libs::CUDNN.install()
+        );
     }
 }

@@ -97,6 +97,19 @@ pub fn nvrtc_available() -> bool {
     unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
+/// The NVRTC that loads, as `12.9`: where it loads and has the version query (cudarc panics on
+/// a function the library lacks).
+pub fn nvrtc_release() -> Option<String> {
+    if !nvrtc_available() {
+        return None;
+    }
+    let asked = std::panic::catch_unwind(nvrtc_version);
+    asked
+        .ok()
+        .flatten()
+        .map(|(major, minor)| format!("{major}.{minor}"))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     #[error("NVRTC (libnvrtc) was not found: install it ({}) and add its lib directory to LD_LIBRARY_PATH", crate::backend::cuda::libs::NVRTC.install())]
