@@ -151,7 +151,8 @@ fn main() -> ExitCode {
     // a file-size limit (`ulimit -f`, a batch scheduler's) killed the process mid-write, its
     // metrics file cut mid-record, with no word: ignored, a write past it fails (EFBIG) and is
     // handled as a full disk is (said, the file cut back to whole records)
-    // SAFETY: setting a standard signal's disposition to SIG_IGN, before any thread starts.
+    // SAFETY: setting a standard signal's disposition to SIG_IGN (process-wide, whatever
+    // threads run: the clock's tick thread has started).
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }

@@ -169,7 +169,7 @@ fn a_checkpoint_dir_holds_one_line_of_runs() {
     // the other run's newest checkpoint, as a ready --resume
     assert!(
         out.contains(&format!(
-            "{}: steps 5..5, continue it with --resume shared/step-00000005",
+            "{}: step 5, continue it with --resume shared/step-00000005",
             a.display(),
         )),
         "{out}"
@@ -249,7 +249,7 @@ fn another_run_s_line_is_continued_from_its_newest_step_not_its_best() {
     let out = fails(d, &["--steps", "5", "--checkpoint-dir", "ck"]);
     assert!(
         out.contains(&format!(
-            "{}: steps 5..5, continue it with --resume ck/step-00000005",
+            "{}: step 5, continue it with --resume ck/step-00000005",
             a.display(),
         )),
         "{out}"
@@ -279,7 +279,7 @@ fn a_checkpoint_dir_two_runs_wrote_into_is_not_guessed() {
     let mixed = mixed.canonicalize().unwrap();
     for (run, step) in [(&a, 5), (&b, 7)] {
         let want = format!(
-            "{}: steps {step}..{step}, continue it with --resume {}",
+            "{}: step {step}, continue it with --resume {}",
             run.display(),
             mixed.join(format!("step-{step:08}")).display()
         );

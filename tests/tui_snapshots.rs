@@ -328,7 +328,7 @@ fn a_long_layer_list_leaves_the_header_its_devices_and_data() {
         let s = screen(&app, w, 24);
         let header = s.lines().next().unwrap();
         assert!(
-            header.contains("conv16k3p1,bn,r") && header.contains("cpu0 cpu1"),
+            header.contains("│ conv16k3p1,bn,r") && header.contains("cpu0 cpu1"),
             "{w}: {header}"
         );
     }

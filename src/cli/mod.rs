@@ -106,7 +106,7 @@ fn decimal<T: std::str::FromStr + Into<f64> + Copy>(s: &str) -> Result<T, String
     let typed_infinite = s.to_ascii_lowercase().contains("inf");
     match value.into().is_infinite() && !typed_infinite {
         true => Err(format!(
-            "{s} is past the largest number the flag holds ({})",
+            "{s} is beyond the numbers the flag holds (±{})",
             match std::mem::size_of::<T>() {
                 4 => "3.4e38",
                 _ => "1.8e308",

@@ -7,7 +7,7 @@ Examples:
   mgtop-train --data synthetic:60000,784,10 --model mlp:1024 --batch-per-replica 128 --epochs 60
                                                a run to watch (~1.5 min on 2 cores; keys: p pause, ]/[ batch, s checkpoint, ? help)
   mgtop-train --headless --devices cpu:4 --epochs 5 --batch-per-replica 64
-  mgtop-train --headless --data csv:data/digits.csv,label=last --model mlp:16   (a table: features, then a class number 0..N-1 or a class name)
+  mgtop-train --headless --data csv:data/digits.csv,label=last --model mlp:16   (a table: features, then a class number 0 to N-1 or a class name)
   mgtop-train --headless --data idx:train-images-idx3-ubyte.gz,train-labels-idx1-ubyte.gz --model mlp:256,128
   mgtop-train --headless --config run.toml --lr 3e-4     (flags override the file)
   mgtop-train --headless --model conv16k3,pool2,dense64   (a small CNN on the digits' 1x8x8 images, ~97.5%)

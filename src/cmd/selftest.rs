@@ -147,10 +147,13 @@ fn found(version: Option<String>, lib: &crate::backend::cuda::libs::Wanted) -> S
 /// and why.
 fn cudnn_line() {
     use crate::backend::cuda::{dnn, libs};
-    if dnn::available() {
+    let loaded = || found(Some(dnn::version()), &libs::CUDNN);
+    if dnn::wanted() {
+        crate::say!("cuDNN: {}; GPU convolutions go through it", loaded());
+    } else if dnn::available() {
         crate::say!(
-            "cuDNN: {}; GPU convolutions go through it",
-            found(Some(dnn::version()), &libs::CUDNN)
+            "cuDNN: {}; MGTOP_CUDNN=off: GPU convolutions use the own kernels",
+            loaded()
         );
     } else if let Some(v) = dnn::too_old() {
         crate::say!("cuDNN: {v}, older than the 9 its convolutions need: GPUs use the own kernels; for cuDNN's faster ones, install cuDNN 9: {}", libs::CUDNN.install());

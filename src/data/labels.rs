@@ -134,7 +134,7 @@ pub(super) fn onto(set: &mut Dataset, names: &[String], whose: &str) -> Result<(
         }
         (false, true) => {
             return Err(format!(
-                "its labels are class names ({}) and {whose} classes are numbers 0..N-1: label its rows by class number",
+                "its labels are class names ({}) and {whose} classes are numbers 0 to N-1: label its rows by class number",
                 first_of(&set.names, SHOWN)
             ))
         }

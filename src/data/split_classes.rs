@@ -25,20 +25,29 @@ pub(super) fn check(mut loaded: LoadedData, spec: &str) -> Result<LoadedData, Da
         return Ok(loaded);
     }
     let present: Vec<usize> = (0..trained.len()).filter(|&c| trained[c] > 0).collect();
-    let them = match (present.len(), lacking.len()) {
-        (1, _) | (_, 2..) => "them",
-        _ => "it",
+    let them = match lacking.len() {
+        1 => "it",
+        _ => "them",
     };
     let fix = match loaded.val_text.starts_with("split ") {
-        true => format!("give the set more samples of {them}, a smaller --val-split, or a validation set of its own (--val-data)"),
+        true => format!("give the set more samples of {them}, a smaller --val-split, another --seed, or a validation set of its own (--val-data)"),
         false => format!("add training samples of {them}, or leave {them} out of the validation set"),
+    };
+    let names = |classes: &[usize]| {
+        let shown: Vec<String> = classes.iter().take(10).map(|&c| name(c)).collect();
+        match classes.len() {
+            1 => format!("class {}", shown[0]),
+            n if n > 10 => format!("classes {} and {} more", shown.join(", "), n - 10),
+            _ => format!("classes {}", shown.join(", ")),
+        }
     };
     if let [only] = present[..] {
         return Err(DataError::Spec {
             spec: spec.to_string(),
             msg: format!(
-                "the training split holds class {} alone ({}): the validation split has every sample of the others, so there is nothing to tell apart; {fix}",
+                "the training split holds class {} alone, the validation split every sample of {} ({}), so there is nothing to tell apart; {fix}",
                 name(only),
+                names(&lacking),
                 loaded.val_text
             ),
         });
@@ -123,7 +132,7 @@ mod tests {
         let refused = (0..64).filter_map(|seed| load(&spec, &split(0.2), seed).err());
         let e = refused.map(|e| e.to_string()).next().expect("no seed");
         assert!(
-            e.contains("the training split holds class 0 alone (split 4 train / 1 val"),
+            e.contains("the training split holds class 0 alone, the validation split every sample of class 1 (split 4 train / 1 val"),
             "{e}"
         );
     }

@@ -113,7 +113,7 @@ impl Lost {
         }
         self.said = Some(self.steps);
         Some(format!(
-            "steps {}..={} have no row: the ranks stepped faster than this process could record them and their step samples were dropped (its recording was short of CPU, or wrote a row every step for --log-every 1); the metrics file, the totals and the summary leave such steps out (their count comes at the end)",
+            "steps {} to {} have no row: the ranks stepped faster than this process could record them and their step samples were dropped (its recording was short of CPU, or wrote a row every step for --log-every 1); the metrics file, the totals and the summary leave such steps out (their count comes at the end)",
             step - gap,
             step - 1
         ))

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 /// The machine's CPU time over a span, in cores (time busy over the span's length).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Load {
     /// The cores the machine has.
     pub cores: usize,

@@ -55,9 +55,9 @@ pub fn outside_warning(rows: &[Row]) -> Option<String> {
     let points: Vec<String> = (loaded.iter())
         .map(|(r, l)| format!("{} {:.1}", point_name(r, rows), l.others))
         .collect();
-    let top = (worst.top.as_ref()).map_or(String::new(), |(name, _)| format!(", most by {name}"));
+    let top = (worst.top.as_ref()).map_or(String::new(), |(name, _)| format!("; most by {name}"));
     Some(format!(
-        "WARN other work took this machine's cores while {} point(s) were timed (cores it took: {}; of {}{top}): those figures are low and their speedups mean little; measure on a quiet machine",
+        "WARN other work took this machine's cores while {} point(s) were timed (cores it took: {}, of the machine's {}{top}): those figures are low and their speedups mean little; measure on a quiet machine",
         loaded.len(),
         points.join(", "),
         worst.cores,

@@ -46,7 +46,13 @@ impl<R: BufRead> Read for Members<R> {
                 unreachable!("matched above")
             };
             let mut r = gz.into_inner();
-            *self = match r.fill_buf()?.starts_with(&GZIP_MAGIC) {
+            // (a buffer may hold the magic's first byte alone: the next read gives the rest)
+            let next = r.fill_buf()?;
+            let member = match next.len() {
+                1 => next[0] == GZIP_MAGIC[0],
+                _ => next.starts_with(&GZIP_MAGIC),
+            };
+            *self = match member {
                 true => Members::Reading(GzDecoder::new(r)),
                 false => Members::Done(r),
             };

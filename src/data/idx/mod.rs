@@ -6,6 +6,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+mod members;
+
 use super::host_memory;
 use super::image_shape::{hwc_to_chw, idx_images, ImageLayout};
 use super::{finish, DataError, Dataset, Normalisation};
@@ -69,7 +71,7 @@ fn read(path: &Path, flag: &'static str) -> Result<Idx, DataError> {
                     n if chunk[..n].iter().all(|&b| b == 0) => {}
                     _ => {
                         return Err(Fail::Format(
-                            "bytes follow its gzip stream (two files joined?); give the file as downloaded".into(),
+                            "bytes that are no gzip member follow its gzip data (another file joined to it?); give the file as downloaded".into(),
                         ))
                     }
                 }
@@ -308,5 +310,3 @@ pub(super) fn load(
 
 #[cfg(test)]
 mod tests;
-
-mod members;

@@ -193,11 +193,11 @@ pub(super) fn load(
     let from_one = full.y.iter().min() == Some(&1) && full.classes > 2;
     let sparse = match (used * 2 < full.classes, from_one) {
         (true, _) => format!(
-            " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0..N-1)",
+            " (labels run to {} but only {used} values occur: the output layer has a unit for each number; labels are class numbers 0 to N-1)",
             full.classes - 1
         ),
         (false, true) => format!(
-            " (labels run from 1 to {}: no sample is class 0, whose unit learns nothing; labels are class numbers 0..N-1, so numbering from 1 costs only that unit)",
+            " (labels run from 1 to {}: no sample is class 0, whose unit learns nothing; labels are class numbers 0 to N-1, so numbering from 1 costs only that unit)",
             full.classes - 1
         ),
         (false, false) => String::new(),

@@ -22,17 +22,19 @@ pub struct Line {
 }
 
 impl Line {
-    /// `  RUN: steps A..B, continue it with --resume DIR/step-B`, a listing's line: the line's
+    /// `  RUN: steps A to B, continue it with --resume DIR/step-B`, a listing's line: the line's
     /// newest checkpoint as a ready `--resume`.
     /// The line's listing, with what `verb`s it (`continue it with --resume DIR`).
     pub fn listed(&self, verb: &str, command: &str) -> String {
+        let steps = match self.first == self.last {
+            true => format!("step {}", self.last),
+            false => format!("steps {} to {}", self.first, self.last),
+        };
         format!(
-            "  {}: steps {}..{}, {verb} it with {command}",
+            "  {}: {steps}, {verb} it with {command}",
             self.origin
                 .as_deref()
                 .unwrap_or("(a run from before run directories)"),
-            self.first,
-            self.last,
         )
     }
 }

@@ -85,13 +85,15 @@ impl Wanted {
     }
 
     /// How to install it for a driver that supports CUDA `major` (`None`: unknown, no driver):
-    /// the wheel of that CUDA alone where it is 12 or 13 (the other's would not load).
+    /// the wheel of the newest CUDA the driver runs alone (a CUDA 12 driver cannot load CUDA
+    /// 13's; a newer driver runs either, and the newest is offered).
     pub fn install_for(&self, major: Option<u32>) -> String {
         let [twelve, thirteen] = self.wheels;
         let wheels = match major {
-            Some(12) => format!("`pip install {twelve}` (this driver's CUDA 12)"),
-            Some(13..) => format!("`pip install {thirteen}` (this driver's CUDA 13)"),
-            _ => format!("`pip install {twelve}` (CUDA 12) or `pip install {thirteen}` (CUDA 13)"),
+            Some(12) => format!("`pip install {twelve}` (CUDA 12, which this driver runs)"),
+            Some(13..) => format!("`pip install {thirteen}` (CUDA 13, which this driver runs)"),
+            Some(m) => format!("`pip install {twelve}` (CUDA 12) once the driver is upgraded (it runs CUDA {m}; 525 or newer runs CUDA 12)"),
+            None => format!("`pip install {twelve}` (CUDA 12) or `pip install {thirteen}` (CUDA 13)"),
         };
         format!("{wheels}, or {}", self.elsewhere)
     }

@@ -67,13 +67,14 @@ fn a_missing_library_is_explained_with_where_it_is_or_how_to_install_it() {
     // the wheel of the driver's CUDA alone: the other's would not load
     let twelve = CUDNN.install_for(Some(12));
     assert!(
-        twelve.starts_with("`pip install nvidia-cudnn-cu12` (this driver's CUDA 12), or conda")
-            && !twelve.contains("cu13"),
+        twelve.starts_with(
+            "`pip install nvidia-cudnn-cu12` (CUDA 12, which this driver runs), or conda"
+        ) && !twelve.contains("cu13"),
         "{twelve}"
     );
     let thirteen = NVRTC.install_for(Some(13));
     assert!(
-        thirteen.starts_with("`pip install nvidia-cuda-nvrtc` (this driver's CUDA 13)")
+        thirteen.starts_with("`pip install nvidia-cuda-nvrtc` (CUDA 13, which this driver runs)")
             && !thirteen.contains("cu12"),
         "{thirteen}"
     );

@@ -40,7 +40,7 @@ fn a_resumed_run_continues_its_line_and_unnamed_checkpoints_go_with_any() {
             .to_string();
         let newest = dir.path().join("step-00000009");
         let want = format!(
-            "  /runs/a: steps 5..9, continue it with --resume {}",
+            "  /runs/a: steps 5 to 9, continue it with --resume {}",
             newest.display()
         );
         assert!(e.contains(&want), "{e}");

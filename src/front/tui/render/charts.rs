@@ -221,7 +221,7 @@ pub fn render_history(
     // one device's view has the room to say it in full; the overview says it short, on a line
     let text = match only {
         Some(_) => "n/a: CPU workers have no memory-access counter (GPUs report it via NVML)",
-        None => "n/a on CPU workers (a GPU's counter)",
+        None => "n/a: CPU workers have no such counter",
     };
     let wrapped = wrap_text(text, area.width.saturating_sub(2) as usize);
     let text_h = if only.is_some() {

@@ -8,8 +8,9 @@
 //! most that keeps within ten seconds: a slow model speaks every few seconds, from its start).
 //! A step a second or more after the last kept, where the pace since then wants a smaller
 //! stride (`Ladder::changed`), is kept where it is a multiple of that stride, so a run that slowed (or a slow run's
-//! start) is not silent until the next multiple of its old stride. The run's last step is kept
-//! whatever the rule.
+//! start) is not silent until the next multiple of its old stride. A step due that was cut
+//! short (an epoch's last batch) is put off to the next: where the epochs' steps divide the
+//! stride every kept step would be a short one. The run's last step is kept whatever the rule.
 //!
 //! Epochs' ends and `--val-every`'s validations (`Scores`): under `auto`, past a run's first
 //! 100, thinned alike where they come faster than ten a second (a small data set trains
@@ -31,6 +32,8 @@ pub struct Kept {
     steps: Ladder,
     /// `auto` put the step due off to this one: the due one was an epoch's short last batch.
     put_off: bool,
+    /// The global batch of the step before (0: none yet).
+    last_global: usize,
 }
 
 impl Kept {
@@ -39,20 +42,24 @@ impl Kept {
             every,
             steps: Ladder::new(every.steps().max(1)),
             put_off: false,
+            last_global: 0,
         }
     }
 
-    /// Whether `row` (the newest, rows in step order) is kept. Under `auto` an epoch's short
-    /// last step, where one is due, puts it off to the step after (once): where the epochs'
+    /// Whether `row` (the newest, rows in step order) is kept. Under `auto` a step cut short
+    /// (an epoch's last batch: fewer samples than the step before), where one is due, puts it
+    /// off to the step after (once, and where that one is not due anyway): where the epochs'
     /// steps divide the stride every kept step would be one, and a reader (the log, `view`'s
     /// step times) would see none of the run's whole steps.
     pub fn keep(&mut self, row: &StepRow) -> bool {
         let last = row.is_last();
+        let short =
+            row.global_samples < std::mem::replace(&mut self.last_global, row.global_samples);
         match self.every {
             LogEvery::Auto => {
                 let due = self.steps.keep(row.step, row.at, last) || self.put_off;
-                let short = row.global_samples < row.per_replica * row.ranks.len();
-                self.put_off = due && short && !last && !self.put_off;
+                let next_due = self.steps.stride == 1;
+                self.put_off = due && short && !last && !self.put_off && !next_due;
                 due && !self.put_off
             }
             LogEvery::Steps(n) => row.step.is_multiple_of(n) || last,

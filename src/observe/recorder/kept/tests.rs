@@ -271,7 +271,7 @@ fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
         })
         .collect();
     assert_eq!(kept, [51, 101, 151, 201, 250]);
-    // a set smaller than a batch, every step short: kept as due, one step late at most
+    // a set smaller than a batch (every step the same, cut to it): kept as due
     let mut k = Kept::new(LogEvery::Auto);
     let kept: Vec<u64> = (1..=120)
         .filter(|&step| {
@@ -286,5 +286,21 @@ fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
             k.keep(&row)
         })
         .collect();
-    assert_eq!(kept, [51, 101]);
+    assert_eq!(kept, [50, 100]);
+    // a slow run keeps every step: none is put off, so none is lost
+    let mut k = Kept::new(LogEvery::Auto);
+    let kept: Vec<u64> = (1..=10)
+        .filter(|&step| {
+            let row = StepRow {
+                step,
+                at: Duration::from_secs(step * 6),
+                per_replica: 16,
+                global_samples: if step % 3 == 0 { 8 } else { 32 },
+                ranks: vec![StepStats::default(); 2],
+                ..StepRow::example(step)
+            };
+            k.keep(&row)
+        })
+        .collect();
+    assert_eq!(kept, (1..=10).collect::<Vec<u64>>());
 }
