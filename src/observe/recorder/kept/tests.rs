@@ -275,7 +275,7 @@ fn kept_of_batches(steps: u64, per_s: f64, global: impl Fn(u64) -> usize) -> Vec
 fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
     // 5 steps an epoch, the 5th of 16 samples of 32: every 50th step due is an epoch's last,
     // so the one after it is kept; the run's last is kept, short or not
-    let short_5th = |step: u64| if step % 5 == 0 { 16 } else { 32 };
+    let short_5th = |step: u64| if step.is_multiple_of(5) { 16 } else { 32 };
     assert_eq!(
         kept_of_batches(250, 10.0, short_5th),
         [51, 101, 151, 201, 250]
@@ -283,7 +283,7 @@ fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
     // a set smaller than a batch (every step the same, cut to it): kept as due
     assert_eq!(kept_of_batches(120, 10.0, |_| 5), [50, 100, 120]);
     // a slow run keeps every step: none is put off, so none is lost
-    let short_3rd = |step: u64| if step % 3 == 0 { 8 } else { 32 };
+    let short_3rd = |step: u64| if step.is_multiple_of(3) { 8 } else { 32 };
     let every: Vec<u64> = (1..=10).collect();
     assert_eq!(kept_of_batches(10, 1.0 / 6.0, short_3rd), every);
 }
