@@ -75,13 +75,8 @@ pub struct Row {
     pub faults: String,
     /// Other work that took this machine's cores while the point was timed (`Load::contended`);
     /// written as the cores it took (`outside_cores`, as the CSV's column).
-    #[serde(rename = "outside_cores", serialize_with = "cores_taken")]
+    #[serde(rename = "outside_cores", serialize_with = "report::cores_taken")]
     pub outside: Option<Load>,
-}
-
-/// The cores other work took (`Row::outside`), as a report writes them.
-fn cores_taken<S: serde::Serializer>(load: &Option<Load>, s: S) -> Result<S::Ok, S::Error> {
-    serde::Serialize::serialize(&load.as_ref().map(|l| l.others), s)
 }
 
 /// The faults `cfg` injects, as the flags that ask for them (empty: none).

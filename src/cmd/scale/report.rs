@@ -105,6 +105,14 @@ fn field(s: &str) -> String {
 /// The CSV's first line.
 const CSV_HEADER: &str = "strategy,devices,per_replica,global_batch,prefetch,samples_per_sec,spread,speedup,efficiency,utilization,memory_access,mfu,data_wait_share,comm_share,sync_wait_share,transfer_share,final_loss,val_accuracy,faults,outside_cores\n";
 
+/// The cores other work took (`Row::outside`), as the JSON report writes them.
+pub(super) fn cores_taken<S: serde::Serializer>(
+    load: &Option<crate::observe::machine_load::Load>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&load.as_ref().map(|l| l.others), s)
+}
+
 /// Writes the rows as CSV or JSON, chosen by the file's extension.
 pub fn write(path: &Path, rows: &[Row]) -> Result<(), String> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
