@@ -9,12 +9,18 @@ fn kept(every: LogEvery, steps: u64, per_s: u64) -> Vec<u64> {
 
 /// `kept` at a pace of any fraction.
 fn kept_at(every: LogEvery, steps: u64, per_s: f64) -> Vec<u64> {
+    kept_with(every, steps, per_s, |_| 64)
+}
+
+/// `kept_at`, step s taking `global(s)` samples.
+fn kept_with(every: LogEvery, steps: u64, per_s: f64, global: impl Fn(u64) -> usize) -> Vec<u64> {
     let mut k = Kept::new(every);
     (1..=steps)
         .filter(|&step| {
             let row = StepRow {
                 step,
                 at: Duration::from_secs_f64(step as f64 / per_s),
+                global_samples: global(step),
                 ends_at: Some(EndsAt {
                     epoch: steps,
                     run: steps,
@@ -247,43 +253,19 @@ fn bests_that_come_faster_than_ten_a_second_wait_for_the_next_record() {
     assert_eq!(k.keep(&epoch(107, 0.9), ms(500)), Verdict::Kept);
 }
 
-/// The steps `auto` keeps of a run of `steps` steps (its last kept whatever), at `per_s` steps
-/// a second, step s taking `global(s)` samples of 2 ranks of 16.
-fn kept_of_batches(steps: u64, per_s: f64, global: impl Fn(u64) -> usize) -> Vec<u64> {
-    use crate::engine::events::StepStats;
-    let mut k = Kept::new(LogEvery::Auto);
-    (1..=steps)
-        .filter(|&step| {
-            let row = StepRow {
-                step,
-                at: Duration::from_secs_f64(step as f64 / per_s),
-                per_replica: 16,
-                global_samples: global(step),
-                ranks: vec![StepStats::default(); 2],
-                ends_at: Some(EndsAt {
-                    epoch: steps,
-                    run: steps,
-                }),
-                ..StepRow::example(step)
-            };
-            k.keep(&row)
-        })
-        .collect()
-}
-
 #[test]
 fn auto_puts_a_step_due_off_an_epochs_short_last_batch() {
     // 5 steps an epoch, the 5th of 16 samples of 32: every 50th step due is an epoch's last,
     // so the one after it is kept; the run's last is kept, short or not
     let short_5th = |step: u64| if step.is_multiple_of(5) { 16 } else { 32 };
     assert_eq!(
-        kept_of_batches(250, 10.0, short_5th),
+        kept_with(LogEvery::Auto, 250, 10.0, short_5th),
         [51, 101, 151, 201, 250]
     );
     // a set smaller than a batch (every step the same, cut to it): kept as due
-    assert_eq!(kept_of_batches(120, 10.0, |_| 5), [50, 100, 120]);
+    assert_eq!(kept_with(LogEvery::Auto, 120, 10.0, |_| 5), [50, 100, 120]);
     // a slow run keeps every step: none is put off, so none is lost
     let short_3rd = |step: u64| if step.is_multiple_of(3) { 8 } else { 32 };
     let every: Vec<u64> = (1..=10).collect();
-    assert_eq!(kept_of_batches(10, 1.0 / 6.0, short_3rd), every);
+    assert_eq!(kept_with(LogEvery::Auto, 10, 1.0 / 6.0, short_3rd), every);
 }
