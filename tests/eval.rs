@@ -245,6 +245,12 @@ fn bad_inputs_are_refused_with_the_fix_before_any_work() {
         &["eval", "runs/pics", "--data", "images:none"],
         "--data images:none: none does not exist",
     );
+    // a GPU that is not there is said with the flag as typed (training's spelling here)
+    refused(&["eval", "runs/pics", "--devices", "99"], "--devices 99: ");
+    refused(
+        &["eval", "runs/pics", "--devices", "99"],
+        "; or evaluate on the CPU: --devices cpu",
+    );
     std::fs::create_dir(d.join("out")).unwrap();
     refused(
         &["eval", "runs/pics", "--json", "out"],

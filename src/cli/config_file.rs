@@ -91,6 +91,12 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })?;
+    if let Some((key, slip)) =
+        (toml::from_str::<toml::Table>(&text).ok()).and_then(|t| past_f32(&file, &t))
+    {
+        let at = line_of(&text, &key);
+        return Err(format!("config file {}{at}: {slip}", path.display()));
+    }
     // (the flags take no empty value; in a file one is a slip, or a value left to fill in;
     // `tensorboard = ""` is the flag without its folder, as `--tensorboard` alone)
     if let Some(key) = toml::from_str::<toml::Table>(&text).ok().and_then(|t| {
@@ -99,21 +105,42 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
             .find(|(_, v)| v.as_str().is_some_and(|s| s.trim().is_empty()))
             .map(|(k, _)| k)
     }) {
-        let line = text.lines().position(|l| {
-            let l = l.trim_start().trim_start_matches(['"', '\'']);
-            l.strip_prefix(key.as_str()).is_some_and(|r| {
-                r.trim_start_matches(['"', '\''])
-                    .trim_start()
-                    .starts_with('=')
-            })
-        });
-        let at = line.map_or(String::new(), |l| format!(" (line {})", l + 1));
+        let at = line_of(&text, &key);
         return Err(format!(
             "config file {}{at}: `{key}` is empty; give it a value, or remove the line for the default",
             path.display()
         ));
     }
     Ok((file, text))
+}
+
+/// A decimal past what its key's 32-bit number holds (`momentum = 1e308`), said in the words
+/// written, as the flag says it, not taken as infinity.
+fn past_f32(file: &TrainArgs, table: &toml::Table) -> Option<(String, String)> {
+    let narrow = [
+        ("momentum", file.momentum),
+        ("weight-decay", file.weight_decay),
+        ("label-smoothing", file.label_smoothing),
+    ];
+    narrow.into_iter().find_map(|(key, read)| {
+        let written = table.get(key)?.as_float()?;
+        let said = format!("`{key} = {written:e}` is beyond the numbers the key holds (±3.4e38)");
+        (read?.is_infinite() && written.is_finite()).then(|| (key.to_string(), said))
+    })
+}
+
+/// ` (line N)`: where `key` is set in a config file's text, or nothing where no line plainly
+/// sets it.
+fn line_of(text: &str, key: &str) -> String {
+    let line = text.lines().position(|l| {
+        let l = l.trim_start().trim_start_matches(['"', '\'']);
+        l.strip_prefix(key).is_some_and(|r| {
+            r.trim_start_matches(['"', '\''])
+                .trim_start()
+                .starts_with('=')
+        })
+    });
+    line.map_or(String::new(), |l| format!(" (line {})", l + 1))
 }
 
 /// A relative input path from a config file is read from the working directory, as on the

@@ -177,6 +177,35 @@ fn an_empty_value_in_a_config_file_is_named_by_its_line() {
     assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
 }
 
+/// A decimal past its key's 32-bit number is said in the words written, as the flag's is, not
+/// read as infinity; one within it, and `inf` written as such (refused later, as the flag's), are
+/// read as written.
+#[test]
+fn a_config_decimal_past_its_keys_number_is_named_by_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("run.toml");
+    std::fs::write(&f, "steps = 3\nmomentum = 1e308\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains(
+            "run.toml (line 2): `momentum = 1e308` is beyond the numbers the key holds (±3.4e38)"
+        ),
+        "{e}"
+    );
+    std::fs::write(&f, "weight-decay = -4e38\n").unwrap();
+    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.contains("(line 1): `weight-decay = -4e38` is beyond"),
+        "{e}"
+    );
+    std::fs::write(&f, "momentum = 3e38\n").unwrap();
+    assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
+    std::fs::write(&f, "momentum = inf\n").unwrap();
+    let from_file = cli(&["--config", f.to_str().unwrap()]).map(|(c, _)| c.momentum);
+    let from_flag = cli(&["--momentum", "inf"]).map(|(c, _)| c.momentum);
+    assert_eq!(from_file, from_flag);
+}
+
 #[test]
 fn a_config_file_of_two_budgets_is_named() {
     let dir = tempfile::tempdir().unwrap();

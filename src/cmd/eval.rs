@@ -121,7 +121,7 @@ fn device(given: Option<&str>, threads: Option<usize>) -> anyhow::Result<eval::O
         };
     }
     match d.parse::<usize>() {
-        Ok(i) if threads.is_none() => Ok(eval::On::Gpu(i)),
+        Ok(index) if threads.is_none() => Ok(eval::On::Gpu { index, flag }),
         Ok(_) => anyhow::bail!("--threads is for the CPU; {flag} {d} evaluates on GPU {d}"),
         Err(_) if d.contains(',') || d == "auto" || d.starts_with("gpu") => anyhow::bail!(
             "{flag} {d}: eval runs on one device: give cpu, cpu:N (N threads) or one GPU's number (0, 1, ...)"

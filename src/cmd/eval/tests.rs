@@ -132,7 +132,8 @@ fn the_device_is_one_of_trainings_spellings() {
     assert_eq!(on(Some("cpu:3"), None), Ok(On::Cpu(3)));
     assert_eq!(on(Some("cpu"), Some(5)), Ok(On::Cpu(5)));
     assert_eq!(on(None, Some(2)), Ok(On::Cpu(2)));
-    assert_eq!(on(Some("1"), None), Ok(On::Gpu(1)));
+    let flag = "--device";
+    assert_eq!(on(Some("1"), None), Ok(On::Gpu { index: 1, flag }));
     for (d, t, said) in [
         ("0,1", None, "eval runs on one device: give cpu, cpu:N"),
         ("auto", None, "eval runs on one device"),

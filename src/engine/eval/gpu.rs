@@ -22,7 +22,7 @@ const CHUNK: usize = 1024;
 /// (`GPU 0 (NVIDIA H100 80GB HBM3), bf16`), and what the GPU said as it opened (cuDNN failing
 /// its check, auto's bf16 not taken, and why).
 pub(super) fn run(
-    index: usize,
+    (index, flag): (usize, &str),
     cfg: &RunConfig,
     model: &Model,
     state: TrainState,
@@ -43,7 +43,7 @@ pub(super) fn run(
             e => e.to_string(),
         };
         EngineError::Config(format!(
-            "--device {index}: {why}; or evaluate on the CPU: --device cpu"
+            "{flag} {index}: {why}; or evaluate on the CPU: {flag} cpu"
         ))
     })?;
     let name = match devices.first() {
@@ -56,7 +56,7 @@ pub(super) fn run(
     let refused = |e: EngineError| {
         match e.to_string().contains("--precision") {
         true => EngineError::Config(format!(
-            "--device {index}: this GPU cannot compute in the run's --precision {} ({e}; eval takes the run's); evaluate on the CPU: --device cpu",
+            "{flag} {index}: this GPU cannot compute in the run's --precision {} ({e}; eval takes the run's); evaluate on the CPU: {flag} cpu",
             cfg.precision
         )),
         false => e,

@@ -27,8 +27,9 @@ pub use tally::{ClassCounts, Tally, TOP_K};
 pub enum On {
     /// This machine's CPU cores, up to this many threads.
     Cpu(usize),
-    /// A GPU by CUDA ordinal.
-    Gpu(usize),
+    /// A GPU by CUDA ordinal, and the flag that named it as typed (`--device`, or `--devices`
+    /// as training spells it), which its refusals name.
+    Gpu { index: usize, flag: &'static str },
 }
 
 /// What `eval` evaluated and what it found.
@@ -102,7 +103,9 @@ pub fn evaluate(
             let used = crate::text::counted(threads, "CPU thread");
             (tally, format!("{used}, fp32"), Vec::new())
         }
-        On::Gpu(index) => gpu::run(index, cfg, &model, state, &set, &mut progress)?,
+        On::Gpu { index, flag } => {
+            gpu::run((index, flag), cfg, &model, state, &set, &mut progress)?
+        }
     };
     notes.extend(device_notes);
     // pictures that failed to decode were stood in for by others of their class: said; a class
