@@ -272,6 +272,8 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     let mut cfg = small(3, 4, 1_000_000, dir.path());
     cfg.lr = Some(1e-3);
     cfg.lr_scaling = Some(LrScaling::Linear);
+    // (the run warms up over all its steps: the LR a change says is where the ramp has it)
+    cfg.warmup = 1_000_000;
     cfg.data = DataSpec::Synthetic {
         n: 4800,
         d: 12,
@@ -328,7 +330,9 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
     else {
         panic!("{applied:?}")
     };
-    assert!((lr - 4e-3).abs() < 1e-6, "linear LR scaling: {lr}");
+    // linear LR scaling: 4 times the base, on the warm-up's ramp at the next step
+    let ramped = 4e-3 * (at + 1) as f32 / 1e6;
+    assert!((lr / ramped - 1.0).abs() < 1e-4, "{lr} for {ramped}");
     std::thread::sleep(Duration::from_millis(200));
     ctl.stop(true).unwrap();
     let steps = engine.steps().clone();
@@ -340,6 +344,12 @@ fn pause_resize_and_stop_are_applied_by_every_rank_at_the_same_step() {
         stats.iter().any(|s| s.step > at + 1),
         "training went on after the change"
     );
+    // ... which is the LR that step took
+    let next = stats
+        .iter()
+        .find(|s| s.step == at + 1)
+        .expect("the step after the change");
+    assert_eq!(next.lr, lr);
     for s in stats {
         let expect = if s.step <= at { 4 } else { 16 };
         assert_eq!(

@@ -719,6 +719,43 @@ fn a_stopped_run_s_summary_says_how_to_resume_it() {
     );
 }
 
+/// A run stopped without a checkpoint after an earlier one: `view` says, as the run's own last
+/// line did, which steps a resume from that checkpoint leaves out.
+#[test]
+fn a_run_stopped_past_its_checkpoint_says_the_steps_a_resume_leaves_out() {
+    let d = tempfile::tempdir().unwrap();
+    let mut run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
+    let mut c = common::run::Client::connect(&run.socket());
+    c.until("the live marker", |v| v["type"] == "live");
+    let checkpoint = serde_json::json!({});
+    assert_eq!(c.control("checkpoint", checkpoint)["ok"], true);
+    run.wait_log("the checkpoint", |l| l.contains("checkpoint at step "));
+    let saved = c.until("a step", |v| v["type"] == "step")["step"]
+        .as_u64()
+        .unwrap();
+    c.until("a later step", |v| {
+        v["type"] == "step" && v["step"].as_u64().unwrap() > saved + 2
+    });
+    let no_checkpoint = serde_json::json!({"checkpoint": false});
+    assert_eq!(c.control("stop", no_checkpoint)["ok"], true);
+    assert!(run.wait_exit().success());
+    let log = run.log();
+    let said = (log.lines())
+        .find_map(|l| l.split_once("resume with: --resume "))
+        .map(|(_, r)| r.to_string())
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        said.contains(" steps after it were stopped without one)"),
+        "{log}"
+    );
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.ends_with(&format!("resume with: --resume {said}\n")),
+        "{out}\n{log}"
+    );
+}
+
 /// A run that failed before its first logged step: `view` says how far it got (from the
 /// failure) and why, as the live screen did (it said `failed: 0 steps` without the error).
 #[test]

@@ -345,14 +345,7 @@ pub(super) fn train(
                 let meta = checkpoint::read_meta(p).ok();
                 let step = meta.as_ref().map_or(0, |m| m.step);
                 // (stopped without a checkpoint after an earlier one: the steps since are lost)
-                // (none said where the checkpoint's step could not be read)
-                let lost = match result.steps.saturating_sub(step) {
-                    n if n == 0 || step == 0 => String::new(),
-                    1 => format!(" (its checkpoint of step {step}: the step after it was stopped without one)"),
-                    n => format!(
-                        " (its checkpoint of step {step}: the {n} steps after it were stopped without one)"
-                    ),
-                };
+                let lost = crate::front::words::steps_lost(step, result.steps);
                 let ranks = meta.as_ref().map_or(1, |m| m.ranks);
                 match strategy.unresumable(optimizer, step, ranks, strategy) {
                     None => crate::say!("resume with: --resume {}{lost}", arg.display()),

@@ -138,7 +138,11 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
         let killed = live == Some(false) && app.summary.is_none();
         let stopped = (app.summary.as_ref()).is_some_and(|s| s.ending != Ending::Completed);
         let resume = (killed || stopped && live != Some(true))
-            .then(|| way_on(run_dir.as_deref(), app.last_checkpoint.as_deref(), killed))
+            .then(|| {
+                let stopped_at = app.summary.as_ref().map(|s| s.steps);
+                let recorded = app.last_checkpoint.as_deref();
+                way_on(run_dir.as_deref(), recorded, killed, stopped_at)
+            })
             .flatten();
         let cut = (reader.cut_off()).map(|l| {
             format!("its last line ({l}) was cut off mid-record where the run stopped writing")
@@ -189,8 +193,14 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
 /// How a run that did not complete goes on: from the checkpoint `--resume RUN_DIR` takes, its
 /// newest on disk (which can be newer than the last its file records: a kill between a
 /// checkpoint and its record, a copy made while it ran), else from the newest recorded itself.
-/// A killed run's line names the checkpoint too.
-fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Option<String> {
+/// A killed run's line names the checkpoint too; a stopped one's, the steps a resume leaves out
+/// (those after the checkpoint up to `stopped_at`).
+fn way_on(
+    run_dir: Option<&Path>,
+    recorded: Option<&Path>,
+    killed: bool,
+    stopped_at: Option<u64>,
+) -> Option<String> {
     use crate::engine::checkpoint::{is_checkpoint, step_of};
     let (newest, arg) = match (run_dir.map(|d| (d, rundir::resume_point(d))), recorded) {
         // (the run directory, whose checkpoints may be elsewhere: --checkpoint-dir)
@@ -201,7 +211,10 @@ fn way_on(run_dir: Option<&Path>, recorded: Option<&Path>, killed: bool) -> Opti
     };
     let arg = arg.display();
     if !killed {
-        return Some(format!("resume with: --resume {arg}"));
+        let lost = (stopped_at.zip(step_of(&newest))).map_or(String::new(), |(at, saved)| {
+            crate::front::words::steps_lost(saved, at)
+        });
+        return Some(format!("resume with: --resume {arg}{lost}"));
     }
     let (what, unrecorded) = match (recorded.map(step_of), step_of(&newest)) {
         (None, _) => ("its newest checkpoint", " (its file records none)".into()),

@@ -182,6 +182,7 @@ pub enum Applied {
     BatchSize {
         from: usize,
         to: usize,
+        /// The LR the first step at the new size takes (rescaled, on the schedule's way).
         lr: f32,
     },
     /// `--rebalance` cut the global batch unevenly: samples per rank from this step.

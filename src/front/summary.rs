@@ -122,7 +122,7 @@ impl Flags {
                         .collect();
                     let more = match spans.len().saturating_sub(SPANS_SAID) {
                         0 => String::new(),
-                        n => format!(" and {n} more times"),
+                        n => format!(" and {}", crate::text::counted(n, "more time")),
                     };
                     format!("{} at steps {}{more}", f.what, listed.join(", "))
                 }

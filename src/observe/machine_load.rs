@@ -21,6 +21,9 @@ pub struct Load {
 
 /// The most bytes of the top process's name a load sent to process 0 keeps.
 const NAME_BYTES: usize = 64;
+/// The least share of the other work's cores (and of one core) a process took to be named as
+/// what took them.
+const NAMED_LEAST: f64 = 0.2;
 
 /// The most cores a machine's load may say it has.
 const MOST_CORES: u64 = 1 << 20;
@@ -171,9 +174,11 @@ impl LoadMeter {
             top = Some(("the hypervisor (steal time)".into(), steal));
         }
         self.scanned = procs.into_iter().map(|(pid, p)| (pid, p.ticks)).collect();
-        // (ticks are counted apart: one process's never more than all the others')
+        // (ticks are counted apart: one process's never more than all the others'; one named
+        // only where it stands out: short-lived ones, as a build's, leave none that does)
         let others = load.others;
-        load.top = (top.filter(|(_, t)| *t > 0)).map(|(n, t)| (n, cores(t).min(others)));
+        let stands_out = |c: f64| c >= NAMED_LEAST * others.max(1.0);
+        load.top = (top.map(|(n, t)| (n, cores(t).min(others)))).filter(|(_, c)| stands_out(*c));
         Some(load)
     }
 }

@@ -17,7 +17,7 @@ const MOST_TOLD: usize = 256;
 
 impl Worker {
     /// Takes the batch of `b` per replica rank 0 decided on from the next step, the LR
-    /// rescaled for it.
+    /// rescaled for it (said as the next step takes it: where the schedule has it by now).
     pub(super) fn change_batch(&mut self, b: usize) {
         // (by the samples a step takes: a batch cut to a small split takes all of it)
         let step_samples = |per_replica| {
@@ -37,7 +37,7 @@ impl Worker {
             let applied = Applied::BatchSize {
                 from: self.per_replica,
                 to: b,
-                lr: self.lr_base,
+                lr: self.lr_now(),
             };
             let _ = self.events.send(Event::Control {
                 step: self.step,

@@ -20,7 +20,6 @@ use crate::engine::loader::{Cursor, RankLoader, Sharding};
 use crate::engine::resume::TrainSplit;
 use crate::engine::strategy::Buffers;
 use crate::nn::model::Model;
-use crate::nn::schedule::lr_at;
 use report::{Queued, Reported, Tally};
 
 use super::rebalance;
@@ -286,14 +285,7 @@ impl Worker {
                 }
             }
             self.beats.beat(self.rank, next, Phase::Update);
-            let lr = lr_at(
-                self.cfg.schedule,
-                self.lr_base,
-                self.cfg.warmup,
-                self.step,
-                self.progress(),
-                self.warm_share(),
-            );
+            let lr = self.lr_now();
             let (optimizer, synced) =
                 self.strategy
                     .update(replica, self.coll.as_mut(), lr, next)?;

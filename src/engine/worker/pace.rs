@@ -25,6 +25,14 @@ impl Worker {
         }
     }
 
+    /// The LR the next step's update takes: the base (rescaled for the batch) where the schedule
+    /// and the warm-up have brought it by now.
+    pub(super) fn lr_now(&self) -> f32 {
+        let (cfg, step) = (&self.cfg, self.step);
+        let (progress, warm) = (self.progress(), self.warm_share());
+        crate::nn::schedule::lr_at(cfg.schedule, self.lr_base, cfg.warmup, step, progress, warm)
+    }
+
     /// The share of the run its warm-up takes, in `progress`'s measure: for an epoch budget
     /// the warm-up's steps in samples at the batch size this worker started at (a resumed
     /// run's, its checkpoint's).

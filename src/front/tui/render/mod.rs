@@ -14,7 +14,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::widgets::Block;
 use ratatui::Frame;
 
-use super::app::{App, View};
+use super::app::{App, RunState, View};
 use super::theme::Theme;
 
 pub use charts::render_history;
@@ -58,7 +58,14 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
         Some(super::app::Popup::Help) => render_help(frame, area, app, theme),
         Some(super::app::Popup::Quit) => {
             let attached = app.mode == super::app::Mode::Attached;
-            render_quit(frame, area, theme, attached.then(|| app.detach_leaves().0))
+            let paused = app.state == RunState::Paused;
+            render_quit(
+                frame,
+                area,
+                theme,
+                attached.then(|| app.detach_leaves().0),
+                paused,
+            )
         }
         None if app.summary.is_some()
             && !app.summary_hidden

@@ -137,9 +137,19 @@ pub fn render_help(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 /// The quit popup. An attached screen also offers to detach (leave the run as it is: `detach`
 /// says what that leaves), which is then what `q` or Ctrl-C again does; a local one stops with
-/// a checkpoint.
-pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, detach: Option<&str>) {
+/// a checkpoint. A paused run stops where it is (no step is under way).
+pub fn render_quit(
+    frame: &mut Frame,
+    area: Rect,
+    theme: &Theme,
+    detach: Option<&str>,
+    paused: bool,
+) {
     let attached = detach.is_some();
+    let when = match paused {
+        true => "where it is paused",
+        false => "after this step",
+    };
     let option = |key: &str, color, text: &str| {
         Line::from(vec![
             Span::styled(format!(" {key} "), theme.badge(color)),
@@ -158,8 +168,8 @@ pub fn render_quit(frame: &mut Frame, area: Rect, theme: &Theme, detach: Option<
         lines.push(option("d", theme.accent, &format!("detach: {leaves}")));
     }
     lines.extend([
-        option("s", theme.good, "stop after this step, with a checkpoint"),
-        option("k", theme.error, "stop after this step, no checkpoint"),
+        option("s", theme.good, &format!("stop {when}, with a checkpoint")),
+        option("k", theme.error, &format!("stop {when}, no checkpoint")),
         option("c", theme.accent, "cancel (Esc)"),
         Line::styled(
             if attached {
@@ -236,7 +246,12 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         fields.push(("flagged", f));
     }
     if let Some(p) = &s.last_checkpoint {
-        fields.push(("checkpoint", p.display().to_string()));
+        // (a run stopped past its checkpoint: what a resume from it leaves out)
+        let saved = crate::engine::checkpoint::step_of(p).filter(|_| s.ending != Ending::Completed);
+        let lost = saved.map_or(String::new(), |c| {
+            crate::front::words::steps_lost(c, s.steps)
+        });
+        fields.push(("checkpoint", format!("{}{lost}", p.display())));
     }
     if let Some((p, a)) = &s.best_checkpoint {
         let at = crate::front::words::best_checkpoint(p, *a);
