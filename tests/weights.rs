@@ -1098,6 +1098,16 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
     );
     assert_eq!(std::fs::read_to_string(&py).unwrap(), edited);
     std::fs::write(&py, &first).unwrap();
+    // through a link: the module goes beside the file written, the link's target
+    let link = dir.path().join("link.safetensors");
+    std::os::unix::fs::symlink(&out, &link).unwrap();
+    let done = export(&run, &link).unwrap();
+    assert_eq!(
+        done.module.as_deref(),
+        Some(py.canonicalize().unwrap().as_path())
+    );
+    assert!(!dir.path().join("link.py").exists());
+    assert!(link.is_symlink());
     // a state.json edited to another model: its weights are not that model's, and would go
     // out labelled as them; refused, the earlier export left as it was
     let state = run.join("checkpoints/step-00000002/state.json");

@@ -65,24 +65,41 @@ pub fn can_write_in(dir: &Path) -> std::io::Result<()> {
 /// when any step fails. A file replaced keeps its permissions (a report shared with a group
 /// stays shared).
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        name.unwrap_or_default(),
-        std::process::id()
-    ));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+    replace_files(&[(path, bytes)]).map_err(|(_, e)| e)
+}
+
+/// Writes files that go together (weights and the module that loads them) as `replace_file`
+/// writes one, each renamed over its path only once all are written: a failure to write one (a
+/// full disk) leaves every path as it was and no temporary file. The error names the path.
+pub fn replace_files(files: &[(&Path, &[u8])]) -> Result<(), (PathBuf, std::io::Error)> {
+    let temporary = |path: &Path| {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let pid = std::process::id();
+        path.with_file_name(format!(".{}.tmp-{pid}", name.unwrap_or_default()))
+    };
+    let tmps: Vec<PathBuf> = files.iter().map(|(p, _)| temporary(p)).collect();
+    let write = |path: &Path, bytes: &[u8], tmp: &Path| {
+        let mut f = std::fs::File::create(tmp)?;
         // (a file system without permissions, vfat, takes the file without them)
         if let Ok(was) = std::fs::metadata(path) {
             let _ = f.set_permissions(was.permissions());
         }
         f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        f.sync_all()
+    };
+    let written = (|| {
+        for ((path, bytes), tmp) in files.iter().zip(&tmps) {
+            write(path, bytes, tmp).map_err(|e| (path.to_path_buf(), e))?;
+        }
+        for ((path, _), tmp) in files.iter().zip(&tmps) {
+            std::fs::rename(tmp, path).map_err(|e| (path.to_path_buf(), e))?;
+        }
+        Ok(())
     })();
     if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        for tmp in &tmps {
+            let _ = std::fs::remove_file(tmp);
+        }
     }
     written
 }
@@ -113,5 +130,27 @@ mod tests {
         assert!(d.is_dir());
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 2, "{left:?}");
+    }
+
+    /// Files that go together are replaced together: one that cannot be written leaves the
+    /// others as they were, and no temporary file.
+    #[test]
+    fn files_written_together_are_replaced_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (weights, module) = (dir.path().join("m.safetensors"), dir.path().join("m.py"));
+        std::fs::write(&weights, "old weights").unwrap();
+        std::fs::write(&module, "old module").unwrap();
+        let nowhere = dir.path().join("no/such.py");
+        let e = replace_files(&[(&weights, b"new weights"), (&nowhere, b"x")]).unwrap_err();
+        assert_eq!(e.0, nowhere);
+        assert_eq!(std::fs::read_to_string(&weights).unwrap(), "old weights");
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 2, "no temporary file left");
+        replace_files(&[(&weights, b"new weights"), (&module, b"new module")]).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        assert_eq!(
+            (read(&weights), read(&module)),
+            ("new weights".into(), "new module".into())
+        );
     }
 }

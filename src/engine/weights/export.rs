@@ -161,9 +161,11 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
     };
     let bytes = safetensors::serialize(views, &Some(info)).map_err(|e| e.to_string())?;
     let bytes = metadata_in_order(bytes);
+    // (the file written, a link's target: its module beside it, not beside the link)
+    let target = &export_target(out)?;
     let (module, no_module) = match (module::wanted(&model), fit) {
         (true, Ok(fitted)) => (
-            Some((module::target(out)?, module::source(&meta, &fitted))),
+            Some((module::target(target)?, module::source(&meta, &fitted))),
             None,
         ),
         (true, Err(why)) => (None, Some(why)),
@@ -175,26 +177,22 @@ pub fn export(from: &Path, out: &Path) -> Result<Exported, String> {
             p.display()
         )
     };
-    let target = &export_target(out)?;
     let there = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
     let replaced = there(target);
-    crate::files::write::replace_file(target, &bytes).map_err(|e| cannot_write(target, e))?;
-    let mut module_replaced = false;
+    let module_replaced = module.as_ref().is_some_and(|(py, _)| there(py));
+    // (the weights and their module replaced together, or neither: a module never describes
+    // other weights than those beside it)
+    let mut files = vec![(target.as_path(), &bytes[..])];
+    files.extend((module.as_ref()).map(|(py, source)| (py.as_path(), source.as_bytes())));
+    crate::files::write::replace_files(&files).map_err(|(p, e)| cannot_write(&p, e))?;
     let (mut stale_module, mut edited_module) = (None, None);
-    match &module {
-        Some((py, source)) => {
-            module_replaced = there(py);
-            crate::files::write::replace_file(py, source.as_bytes())
-                .map_err(|e| cannot_write(py, e))?;
-        }
-        // an earlier export's module beside the file describes other weights: not left there
-        None => {
-            let py = module::path_for(out);
-            if module::ours(&py) && std::fs::remove_file(&py).is_ok() {
-                stale_module = Some(py);
-            } else if module::marked(&py) {
-                edited_module = Some(py);
-            }
+    // an earlier export's module beside the file describes other weights: not left there
+    if module.is_none() {
+        let py = module::path_for(target);
+        if module::ours(&py) && std::fs::remove_file(&py).is_ok() {
+            stale_module = Some(py);
+        } else if module::marked(&py) {
+            edited_module = Some(py);
         }
     }
     Ok(Exported {
