@@ -30,11 +30,16 @@ impl Origins {
     pub(super) fn file(&mut self, path: &Path, text: &str, flags: &TrainArgs) {
         // (a file the flags cannot be told apart from is blamed for nothing)
         let Ok(given) = given(flags) else { return };
-        // the budget is one setting: a flag for either replaces the file's, and is named
-        let budget = ["epochs", "steps"];
-        let budget_flag = budget.into_iter().find(|k| given(k));
-        let replaced = |k: &str| match budget_flag {
-            Some(flag) if budget.contains(&k) => Some(flag.to_string()),
+        // the budget is one setting, as is where the run starts: a flag for either of its keys
+        // replaces the file's, and is named (as `resolve::merge` takes them)
+        let (budget, start) = (["epochs", "steps"], ["init", "resume"]);
+        let flag_of = |group: [&'static str; 2]| group.into_iter().find(|k| given(k));
+        let (budget_flag, start_flag) = (flag_of(budget), flag_of(start));
+        let replaced = |k: &str| match (budget_flag, start_flag) {
+            (Some(flag), _) if budget.contains(&k) => Some(flag.to_string()),
+            (_, Some(flag)) if start.contains(&k) => Some(flag.to_string()),
+            // (the file's `init-partial` goes with its `init`)
+            (_, Some("resume")) if k == "init-partial" => Some("resume".to_string()),
             _ => given(k).then(|| k.to_string()),
         };
         let (overridden, kept): (Vec<_>, Vec<_>) =

@@ -41,7 +41,10 @@ fn learning_rate(lr: f64) -> Result<f32, String> {
 
 impl TrainArgs {
     /// `self` (flags) over `file` over defaults.
-    /// The budget (epochs or steps) is one setting: a flag for either replaces the file's.
+    /// The budget (epochs or steps) is one setting: a flag for either replaces the file's. So is
+    /// where the run starts (weights to `init` from, or a checkpoint to `resume`): a run's own
+    /// config file serves to resume it (`--config run.toml --resume RUN`), the file's `init`
+    /// recorded in the checkpoint already; the file's `init-partial` goes with its `init`.
     pub(super) fn merge(self, file: TrainArgs) -> TrainArgs {
         let budget_flag = self.epochs.is_some() || self.steps.is_some();
         let (epochs, steps) = if budget_flag {
@@ -49,8 +52,14 @@ impl TrainArgs {
         } else {
             (file.epochs, file.steps)
         };
+        let start_flag = self.init.is_some() || self.resume.is_some();
+        let (init, resume) = match start_flag {
+            true => (self.init, self.resume),
+            false => (file.init, file.resume),
+        };
+        let init_partial = (self.init_partial).or(file.init_partial.filter(|_| init.is_some()));
         macro_rules! pick {
-            ($($f:ident),*) => { TrainArgs { config: self.config, inject_panic: self.inject_panic, inject_peer_sample: self.inject_peer_sample, epochs, steps, $($f: self.$f.or(file.$f)),* } };
+            ($($f:ident),*) => { TrainArgs { config: self.config, inject_panic: self.inject_panic, inject_peer_sample: self.inject_peer_sample, epochs, steps, init, resume, init_partial, $($f: self.$f.or(file.$f)),* } };
         }
         pick!(
             headless,
@@ -60,7 +69,6 @@ impl TrainArgs {
             exit_when_done,
             rebalance,
             checkpoint_best,
-            init_partial,
             sync_bn,
             bn_stats,
             no_decay_bn_bias,
@@ -107,8 +115,6 @@ impl TrainArgs {
             checkpoint_dir,
             checkpoint_every,
             keep_checkpoints,
-            resume,
-            init,
             freeze,
             export
         )

@@ -130,6 +130,43 @@ fn flags_override_the_file_which_overrides_defaults() {
     assert_eq!(c.freeze, None);
 }
 
+/// Where the run starts is one setting, as the budget is: a run's config file that `init`s it
+/// serves to resume it, `--resume` given over the file's `init` (and its `init-partial`); an
+/// `--init` flag over a file's `resume` starts afresh. Either is said as given over the file.
+#[test]
+fn a_start_flag_replaces_the_config_file_s_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("ft.toml");
+    let text = "model = \"mlp:8\"\ninit = \"w.safetensors\"\ninit-partial = true\n";
+    std::fs::write(&f, text).unwrap();
+    let with = |flags: &[&str]| {
+        let mut v = vec!["mgtop-train", "--config", f.to_str().unwrap()];
+        v.extend_from_slice(flags);
+        Cli::try_parse_from(v)
+            .unwrap()
+            .train
+            .with_config_file()
+            .unwrap()
+    };
+    let (args, origins) = with(&["--resume", "runs/ft"]);
+    assert_eq!(args.resume.as_deref(), Some(Path::new("runs/ft")));
+    assert_eq!((args.init, args.init_partial), (None, None));
+    let note = origins.config_note().unwrap();
+    assert!(
+        note.ends_with(": model (given over it: --resume)"),
+        "{note}"
+    );
+    // without a start flag, the file's own
+    let (args, _) = with(&["--steps", "3"]);
+    assert_eq!(args.init.as_deref(), Some(Path::new("w.safetensors")));
+    assert_eq!(args.init_partial, Some(true));
+    // a file that resumes, and --init over it: a run started afresh from the weights
+    std::fs::write(&f, "resume = \"runs/old\"\n").unwrap();
+    let (args, _) = with(&["--init", "other.safetensors"]);
+    assert_eq!(args.resume, None);
+    assert_eq!(args.init.as_deref(), Some(Path::new("other.safetensors")));
+}
+
 #[test]
 fn a_relative_path_beside_the_config_file_is_named_with_its_mend() {
     let dir = tempfile::tempdir().unwrap();
