@@ -154,6 +154,24 @@ fn resuming_says_where_the_batch_size_and_lr_came_from_and_applies_the_flags() {
         out.contains("batch: 64 per replica x 1 rank = 64 global"),
         "{out}"
     );
+    // the same digits as a table, which is standardised: the weights go on from values made
+    // otherwise, said as --init says it
+    let csv = format!("csv:{}/data/digits.csv", env!("CARGO_MANIFEST_DIR"));
+    let resume = ["--resume", "checkpoints", "--data", &csv];
+    let o = run_in(
+        d,
+        &[
+            &["--headless", "--devices", "cpu:1", "--steps", "12"],
+            &resume[..],
+        ]
+        .concat(),
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("the checkpoint's weights learned on inputs scaled x*1/16 to [0,1], this run's are standardised per feature"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -99,6 +99,7 @@ pub(super) fn starting_point(
             local_sgd_resumable(cfg, &meta)?;
             let mut resumed = resumed_settings(cfg, &meta, ranks, split);
             resumed.resume_note += &stem_change(&meta, cfg, model).unwrap_or_default();
+            resumed.resume_note += &inputs_change(&meta, cfg).unwrap_or_default();
             if let Some(newer) = checkpoint::passed_over(&dir, meta.step).last() {
                 resumed.resume_note += &format!(
                     "; {} beside it is not a checkpoint (no state.json: damaged, or not written by mgtop-train) and was passed over",
@@ -256,6 +257,24 @@ fn stem_change(meta: &CheckpointMeta, cfg: &RunConfig, model: &Model) -> Option<
             said(theirs.stem)
         )
     })
+}
+
+/// Inputs this run makes otherwise than the checkpoint's run made them (another --data's scaling,
+/// another normalisation), as `--init` says of a file's: the weights go on from values prepared
+/// otherwise. Pictures only sized otherwise are left to the `--image-size` change said.
+fn inputs_change(meta: &CheckpointMeta, cfg: &RunConfig) -> Option<String> {
+    use crate::data::InputRecipe;
+    let ours = cfg.recipe.text.as_str();
+    let theirs = (meta.inputs.as_deref()).filter(|t| !ours.is_empty() && *t != ours)?;
+    let values = InputRecipe::values_part;
+    if values(theirs).is_some() && values(theirs) == values(ours) {
+        return None;
+    }
+    Some(format!(
+        "; the checkpoint's weights learned on inputs {}, this run's are {ours}: {}",
+        crate::text::excerpt(theirs),
+        weights::how_apart(theirs, ours)
+    ))
 }
 
 /// Local SGD without `,moments` past its warm-up: each rank's optimizer moments are its own,

@@ -54,7 +54,7 @@ fn recorded(path: &Path) -> Recorded {
 
 /// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):
 /// pictures normalised alike, only sized or cropped otherwise, hold the same values.
-fn how_apart(theirs: &str, ours: &str) -> &'static str {
+pub fn how_apart(theirs: &str, ours: &str) -> &'static str {
     use crate::data::InputRecipe;
     match InputRecipe::values_part(theirs) {
         Some(v) if InputRecipe::values_part(ours) == Some(v) => "its pictures were sized or cropped otherwise, their values normalised alike (where that was not meant, size them as its run did)",
