@@ -555,9 +555,16 @@ fn trained_weights_export_for_pytorch_and_load_back() {
     // an export is a weights file: it starts a run, it is no checkpoint to export or resume
     let e = export(&out, &run.join("again.safetensors")).unwrap_err();
     assert!(
-        e.contains("a file, not a checkpoint") && e.ends_with(&format!("--init {}", out.display())),
+        e.contains("a file, not a checkpoint")
+            && e.contains(&format!(
+                "it is weights already: copy it (cp {} NEW.safetensors)",
+                out.display()
+            )),
         "{e}"
     );
+    use mgtop::engine::rundir::{checkpoint_for, Purpose};
+    let e = checkpoint_for(&out, Purpose::Resume).unwrap_err();
+    assert!(e.ends_with(&format!("--init {}", out.display())), "{e}");
     let e = import(&run, &m, &mut params, &mut buffers, false).unwrap_err();
     assert!(
         e.contains("give the weights file of its checkpoint: --init /")

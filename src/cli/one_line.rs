@@ -146,6 +146,17 @@ pub fn one_line(e: &clap::Error, args: &[String]) -> String {
         (clap::error::ErrorKind::MissingRequiredArgument, Some(u)) => {
             out.push_str(&format!("; usage: {u}"))
         }
+        // (a word that is no command: the commands there are)
+        (clap::error::ErrorKind::InvalidSubcommand, _) => {
+            let names: Vec<&str> = (cli.get_subcommands())
+                .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+                .map(|c| c.get_name())
+                .collect();
+            out.push_str(&format!(
+                "; the commands are {} (training is the program without one); `{command} --help` lists them and the flags",
+                names.join(", ")
+            ))
+        }
         _ => out.push_str(&format!("; `{command} --help` lists the flags")),
     }
     out

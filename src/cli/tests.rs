@@ -550,6 +550,15 @@ fn command_line_errors_are_one_line_with_their_tips_and_items() {
     // a training flag's value that names a subcommand is not one
     let e = err(&["--headless", "--runs-dir", "runs"]);
     assert!(e.ends_with("; `mgtop-train --help` lists the flags"), "{e}");
+    // a word that is no command: the commands there are
+    let e = err(&["checkpoints"]);
+    assert!(
+        e.starts_with("error: unrecognized subcommand 'checkpoints'; the commands are ")
+            && e.contains(", export, ")
+            && !e.contains(", help")
+            && e.ends_with("; `mgtop-train --help` lists them and the flags"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -90,12 +90,16 @@ pub fn checkpoint_for(path: &Path, purpose: Purpose) -> Result<PathBuf, String> 
     }
     // a weights file of its own (an export, PyTorch's): no run's state to go on from
     if path.is_file() {
-        let fix = match path.extension().is_some_and(|e| e == "safetensors") {
-            true => format!(
-                "; a weights file starts a training run from its weights: --init {}",
-                path.display()
+        let shown = path.display();
+        let fix = match (path.extension().is_some_and(|e| e == "safetensors"), purpose) {
+            (true, Purpose::Resume) => {
+                format!("; a weights file starts a training run from its weights: --init {shown}")
+            }
+            (true, Purpose::Export) => format!(
+                "; it is weights already: copy it (cp {shown} NEW.safetensors), or export the run directory it came from"
             ),
-            false => "; pass a run directory (runs/<name>/<time>) or a checkpoint".into(),
+            (true, Purpose::Eval) => "; eval reads a checkpoint, the model and data settings beside its weights: give the run directory the weights came from (or train from them, --init, and evaluate that run)".into(),
+            (false, _) => "; pass a run directory (runs/<name>/<time>) or a checkpoint".into(),
         };
         return Err(format!(
             "{}: a file, not a checkpoint (a step-NNNNNNNN folder holding state.json and {}){fix}",
