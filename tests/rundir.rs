@@ -492,6 +492,16 @@ fn runs_lists_each_run_with_its_state() {
         out.lines().count() == 2 && out.contains(" failed "),
         "{out}"
     );
+    // ... and a folder of one, its checkpoints or one of them, that run
+    for folder in [
+        done.join("checkpoints"),
+        done.join("checkpoints/step-00000030"),
+    ] {
+        assert!(folder.is_dir(), "{}", folder.display());
+        let o = run_in(d, &["runs", folder.to_str().unwrap()]);
+        let out = text(&o);
+        assert!(out.lines().count() == 2 && out.contains(" done "), "{out}");
+    }
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

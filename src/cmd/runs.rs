@@ -41,10 +41,11 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
         );
     }
     // (and another user's run directories: mode 0700, not looked into)
-    let (runs, closed) = match rundir::is_run_dir(&root) {
-        // a run's own directory: that run
-        true => (vec![(root.clone(), rundir::updated(&root))], 0),
-        false => rundir::runs_and_closed(&root),
+    // (a run's own directory, or a folder of one: its checkpoints, one of them: that run)
+    let run = (root.ancestors().take(3)).find(|d| rundir::is_run_dir(d));
+    let (runs, closed) = match run {
+        Some(run) => (vec![(run.to_path_buf(), rundir::updated(run))], 0),
+        None => rundir::runs_and_closed(&root),
     };
     let closed_note = format!(
         "{} there this user cannot read (a run directory is its owner's alone, mode 0700): list them as the user who ran them",
