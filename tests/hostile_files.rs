@@ -329,6 +329,11 @@ fn picture_and_weights_flags_name_the_problem() {
     );
     refused(
         d,
+        &["--freeze", "backbone", "--model", "mlp"],
+        &["--freeze backbone: the model `mlp` is its classifier head alone (2 tensors), with no backbone"],
+    );
+    refused(
+        d,
         &["--data", "cifar10:nowhere"],
         &["cifar-10-binary.tar.gz", "tar xzf"],
     );

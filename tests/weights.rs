@@ -1131,6 +1131,16 @@ fn an_export_s_module_replaces_only_its_own_and_fits_the_weights() {
     );
     assert_eq!(std::fs::read_to_string(&py).unwrap(), first);
     assert_eq!(std::fs::read(&out).unwrap(), weights);
+    // the export into another model: the model its metadata records is said
+    let image = Shape::Image { c: 3, h: 8, w: 8 };
+    let conv = Model::new(image, &"conv4k3p1,gap".parse().unwrap(), 3).unwrap();
+    let (mut p, mut b) = (conv.init_params(0), conv.init_buffers());
+    let e = import(&out, &conv, &mut p, &mut b, false).unwrap_err();
+    assert!(
+        e.contains("none of its 4 tensors")
+            && e.contains(": its weights are of --model mlp:8 on 6 inputs, not this run's"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -297,6 +297,13 @@ fn frozen_tensors(model: &Model, f: &Freeze) -> Result<Vec<usize>, String> {
                 .collect()
         }
     };
+    if frozen.is_empty() && *f == Freeze::Backbone {
+        return Err(format!(
+            "--freeze backbone: the model `{}` is its classifier head alone ({}), with no backbone before it to freeze; leave --freeze out, or give a model with layers before its head",
+            model.spec,
+            crate::text::counted(model.tensors.len(), "tensor")
+        ));
+    }
     if frozen.is_empty() || frozen.len() == model.tensors.len() {
         return Err(format!(
             "--freeze `{f}` would leave {} of the model's {} tensors to train; leave something to train, and something frozen",

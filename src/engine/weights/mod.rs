@@ -148,10 +148,14 @@ pub fn import(
         .filter(|_| model.layer_list)
         .unwrap_or_default();
         at(format!(
-            "none of its {} is named as this model's ({}, ...; the file has {}); is it a checkpoint of this --model?{hint} (mgtop-train models {} --input {} --classes {} --tensors lists every name and shape this model takes)",
+            "none of its {} is named as this model's ({}, ...; the file has {}){}{hint} (mgtop-train models {} --input {} --classes {} --tensors lists every name and shape this model takes)",
             crate::text::counted(file_names.len(), "tensor"),
             model.tensors.first().map_or("", |t| &t.name),
             ex.join(", "),
+            match trained_for::model_said(path) {
+                Some(theirs) => format!(": its weights are of --model {theirs}, not this run's"),
+                None => "; is it a checkpoint of this --model?".into(),
+            },
             model.spec,
             model.input,
             model.dims.last().copied().unwrap_or(0)

@@ -20,11 +20,15 @@ struct Recorded {
     inputs: Option<String>,
     /// Its `--data`.
     data: Option<String>,
+    /// Its `--model`, and the input it was built for (`3x32x32`).
+    model: Option<(String, Option<String>)>,
 }
 
 fn recorded(path: &Path) -> Recorded {
     if let Some(dir) = checkpoint::of_weights(path) {
         return checkpoint::read_meta(dir).map_or(Recorded::default(), |m| Recorded {
+            model: (m.config.get("model").and_then(|v| v.as_str()))
+                .map(|s| (s.to_string(), m.input.clone())),
             classes: m.classes,
             inputs: m.inputs,
             data: Some(m.data),
@@ -49,7 +53,19 @@ fn recorded(path: &Path) -> Recorded {
             .unwrap_or_default(),
         inputs: info("mgtop.inputs"),
         data: info("mgtop.data"),
+        model: info("mgtop.model").map(|m| (m, info("mgtop.input"))),
     }
+}
+
+/// `resnet20 on 3x32x32 inputs`: the model a weights file says it holds (an export's metadata,
+/// a checkpoint's record), where it says one.
+pub fn model_said(path: &Path) -> Option<String> {
+    recorded(path).model.map(|(model, input)| {
+        let on = input.map_or(String::new(), |i| {
+            format!(" on {} inputs", crate::text::excerpt(&i))
+        });
+        format!("{}{on}", crate::text::excerpt(&model))
+    })
 }
 
 /// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):
