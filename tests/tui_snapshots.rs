@@ -244,6 +244,13 @@ fn a_terminal_below_the_minimum_says_so() {
     assert!(s.contains("s or q: with a"), "{s}");
     let s = screen(&app, MIN_WIDTH, MIN_HEIGHT);
     assert!(!s.contains("too small") && s.contains("devices"), "{s}");
+    // the keys still act, and the answer to the last one is said there too
+    key(&mut app, KeyCode::Char('c'));
+    key(&mut app, KeyCode::Char('s'));
+    let flash = app.flash.clone().expect("s answers");
+    let s = screen(&app, 40, 10);
+    let start: String = flash.chars().take(20).collect();
+    assert!(s.replace('\n', " ").contains(&start), "{flash}: {s}");
 }
 
 #[test]
@@ -553,7 +560,7 @@ fn the_detail_view_at_60_columns_keeps_its_titles_and_figures_whole() {
         "cpu0 device 1 of 2",
         "busy % 1 min",
         "step time, recent steps",
-        "step (mean of recent)",
+        "step (recent mean)",
     ] {
         assert!(s.contains(whole), "{whole}:\n{s}");
     }

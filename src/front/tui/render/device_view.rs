@@ -140,7 +140,7 @@ pub fn render_device_detail(frame: &mut Frame, area: Rect, app: &App, theme: &Th
     }
     match d.split() {
         Some(sp) => {
-            rows.push(("step (mean of recent)".into(), ms(sp.total())));
+            rows.push(("step (recent mean)".into(), ms(sp.total())));
             rows.push(("  compute + optimizer".into(), ms(sp.compute)));
             rows.push(("  waiting for data".into(), ms(sp.data)));
             rows.push(("  all-reduce".into(), ms(sp.comm)));

@@ -229,10 +229,16 @@ fn render_accuracy(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let acc: Vec<(f64, f64)> = (app.validations.iter())
         .map(|v| (v.epochs, v.accuracy as f64 * 100.0))
         .collect();
-    let title = fit(
+    // (the longest of its names that fits, then cut)
+    let room = area.width.saturating_sub(2) as usize;
+    let names = [
         " validation accuracy % by epoch ",
-        area.width.saturating_sub(2) as usize,
-    );
+        " val accuracy % by epoch ",
+        " val acc % by epoch ",
+        " val acc % ",
+    ];
+    let name = (names.iter()).find(|n| n.chars().count() <= room);
+    let title = fit(name.unwrap_or(&names[names.len() - 1]), room);
     let head = vec![Span::styled(title, theme.title())];
     if acc.is_empty() {
         message(

@@ -372,6 +372,9 @@ pub fn render_too_small(frame: &mut Frame, area: Rect, app: &App, theme: &Theme)
             },
             theme.badge(theme.accent),
         ));
+    } else if let Some(f) = &app.flash {
+        // (the keys still act: the answer to the last one, as the footer would say it)
+        text.push(Line::styled(f.clone(), theme.badge(theme.warn)));
     }
     frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
 }
