@@ -188,6 +188,13 @@ pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, CheckpointError> {
     }
     meta.check()
         .map_err(|e| corrupt(format!("{STATE}: {e}; it was edited or damaged")))?;
+    // (a `step-N` folder holds the checkpoint of step N)
+    if let Some(n) = step_of(dir).filter(|&n| n != meta.step) {
+        return Err(corrupt(format!(
+            "{STATE}: its step is {} where its folder's name says {n}; it was edited or damaged",
+            meta.step
+        )));
+    }
     Ok(meta)
 }
 

@@ -248,6 +248,24 @@ fn a_state_the_flags_would_refuse_is_refused() {
             "{want}: {e}"
         );
     }
+    // a step other than its folder's name says
+    let p = write(dir.path(), &model, &state, &meta).unwrap();
+    let json = std::fs::read_to_string(p.join(STATE)).unwrap();
+    let edited = json.replacen(
+        &format!("\"step\": {}", meta.step),
+        "\"step\": 1000000000000",
+        1,
+    );
+    assert_ne!(json, edited);
+    std::fs::write(p.join(STATE), edited).unwrap();
+    let e = read(&p, &model, "adam").unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "its step is 1000000000000 where its folder's name says {}",
+            meta.step
+        )),
+        "{e}"
+    );
 }
 
 #[test]

@@ -9,8 +9,9 @@ fn a_runs_checkpoints_elsewhere_are_found_from_its_metrics_file() {
     // a checkpoint's state.json, written by run `by`
     let state = |step: &str, by: &Path| {
         fs::create_dir_all(ck.join(step)).unwrap();
+        let n: u64 = step.trim_start_matches("step-").parse().unwrap();
         let meta = serde_json::json!({
-            "format": checkpoint::FORMAT, "step": 1, "epoch": 0, "offset": 0,
+            "format": checkpoint::FORMAT, "step": n, "epoch": 0, "offset": 0,
             "per_replica": 8, "ranks": 1, "lr": 1e-3, "optimizer": "adam",
             "optimizer_steps": 1, "dims": [4, 2], "seed": 0, "data": "digits",
             "config": {}, "run_dir": by.display().to_string(),
