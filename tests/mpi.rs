@@ -168,7 +168,7 @@ fn a_checkpoint_from_two_processes_resumes_in_one() {
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{log}");
     assert!(
-        log.contains("2 ranks (the checkpoint's run had 4: its batches and so its losses differ"),
+        log.contains("2 ranks (the checkpoint's run had 4: a global batch of 16 where it had 32: its batches and so its losses differ from the uninterrupted run's; --batch-per-replica 16 keeps its global batch of 32)"),
         "{log}"
     );
 }

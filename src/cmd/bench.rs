@@ -215,7 +215,14 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     crate::cmd::listed_once("--batches", &args.batches)?;
     let cores = crate::engine::available_cores();
     super::debug_build_note();
-    crate::say!("machine: {cores} cores; {}", std::env::consts::ARCH);
+    // (what this process may use, where a launcher or taskset gave it fewer than are there)
+    let online = crate::engine::online_cores();
+    let mine = match online > cores {
+        true => format!(" (this process may use {cores})"),
+        false => String::new(),
+    };
+    let machine = crate::text::counted(online.max(cores), "core");
+    crate::say!("machine: {machine}{mine}; {}", std::env::consts::ARCH);
     if args.only == "all" || args.only == "train" {
         crate::say!("training throughput, MLP 784-128-10, Adam, synthetic 60000x784 (samples/s, median of {})", args.repeat);
         // (the reference scripts live beside the project's checkout, not in a user's clone)

@@ -170,14 +170,15 @@ fn busbw(n: usize, bytes: usize, t: std::time::Duration) -> f64 {
 /// starts): our all-reduce between processes beside MPI_Allreduce, on the same sizes.
 #[cfg(feature = "mpi")]
 pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
-    crate::comm::launch::from_env()
+    let launch = crate::comm::launch::from_env()
         .map_err(anyhow::Error::msg)?
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "mpi-allreduce-bench runs under mpirun: use `mgtop-train bench --only processes`"
             )
         })?;
-    let cluster = crate::comm::mpi::Cluster::join().map_err(anyhow::Error::msg)?;
+    let lead = launch.rank.is_none_or(|r| r == 0);
+    let cluster = crate::comm::mpi::Cluster::join(lead).map_err(anyhow::Error::msg)?;
     measure(&cluster, repeat).or_else(|e| {
         // the other processes would wait for this one: end them, as training does
         crate::tell!("error: {e}");

@@ -44,7 +44,7 @@ use heartbeat::Heartbeats;
 use resume::{resumed_settings, TrainSplit};
 
 pub use cpu_time::thread_cpu_time;
-pub use devices::{available_cores, resolve_devices, Device, DeviceError};
+pub use devices::{available_cores, online_cores, resolve_devices, Device, DeviceError};
 pub use info::RunInfo;
 use job::World;
 pub use outcome::{EngineError, RunResult};

@@ -99,14 +99,25 @@ pub(super) fn resumed_settings(
             "the training data changed (the same --data and {train_samples} samples, other contents: its batches are not the ones the checkpoint's run trained on)"
         ));
     }
+    // the global batch counts accumulated micro-batches
+    let old_accum = meta.grad_accum();
+    let (old, new) = (
+        crate::config::step_samples(
+            meta.per_replica,
+            meta.ranks,
+            old_accum,
+            meta.train_samples.unwrap_or(0),
+        ),
+        crate::config::step_samples(per_replica, ranks, cfg.grad_accum, train_samples),
+    );
     // (said even where --devices changed: a run over several processes records process 0's
     // --devices, which is not its ranks)
     if meta.ranks != ranks {
         changed.push(format!(
-            "{} (the checkpoint's run had {}: its batches and so its losses differ from the uninterrupted run's; as many ranks, e.g. --devices cpu:{}, or as many processes, keep them)",
+            "{} (the checkpoint's run had {}: {})",
             crate::text::counted(ranks, "rank"),
             meta.ranks,
-            meta.ranks
+            other_ranks(old, new, ranks * cfg.grad_accum)
         ));
     }
     let shares = (meta.split.clone())
@@ -125,17 +136,6 @@ pub(super) fn resumed_settings(
         true => resume_note,
         false => format!("{resume_note}; {}", changed.join(", ")),
     };
-    // the global batch counts accumulated micro-batches
-    let old_accum = meta.grad_accum();
-    let (old, new) = (
-        crate::config::step_samples(
-            meta.per_replica,
-            meta.ranks,
-            old_accum,
-            meta.train_samples.unwrap_or(0),
-        ),
-        crate::config::step_samples(per_replica, ranks, cfg.grad_accum, train_samples),
-    );
     let (lr, lr_note) = match cfg.lr {
         Some(lr) => (lr, format!("from --lr; the checkpoint had {:.2e}", meta.lr)),
         None if old != new => {
@@ -158,6 +158,24 @@ pub(super) fn resumed_settings(
         lr_note,
         shares,
     }
+}
+
+/// What a resume on other ranks than the checkpoint's run had keeps of it, its global batch
+/// `old` now `new` over `parts` (ranks x micro-batches): the same global batch takes the same
+/// samples a step, split otherwise; another, other batches, and the batch per replica that
+/// keeps it where there is one (ranks are each process's --devices over the processes).
+fn other_ranks(old: usize, new: usize, parts: usize) -> String {
+    if old == new {
+        return format!("the same global batch of {new}, so each step takes the same samples, split over the ranks otherwise");
+    }
+    let keep = match old % parts.max(1) {
+        0 if old > 0 => format!(
+            "--batch-per-replica {} keeps its global batch of {old}",
+            old / parts.max(1)
+        ),
+        _ => "as many ranks keep it (each process's --devices, times the processes)".into(),
+    };
+    format!("a global batch of {new} where it had {old}: its batches and so its losses differ from the uninterrupted run's; {keep}")
 }
 
 /// The batch per replica the checkpoint's run asked for, where its training split cut it to
@@ -452,6 +470,30 @@ mod tests {
         // 2 ranks without accumulation resumed on 1 rank accumulating 2: the same global batch
         let r = resumed_settings(&with(2), &accum(1), 1, split(1438));
         assert_eq!(r.lr, 1e-3, "{r:?}");
+    }
+
+    /// Other ranks with the same global batch take the same samples a step; with another, the
+    /// batch per replica that keeps it is named where there is one.
+    #[test]
+    fn other_ranks_are_said_by_what_they_keep_of_the_global_batch() {
+        let same = other_ranks(64, 64, 4);
+        assert!(
+            same.starts_with("the same global batch of 64, so each step takes the same samples"),
+            "{same}"
+        );
+        let other = other_ranks(64, 32, 2);
+        assert!(
+            other.contains(
+                "a global batch of 32 where it had 64: its batches and so its losses differ"
+            ) && other.ends_with("--batch-per-replica 32 keeps its global batch of 64"),
+            "{other}"
+        );
+        let uneven = other_ranks(64, 48, 3);
+        assert!(
+            uneven
+                .ends_with("as many ranks keep it (each process's --devices, times the processes)"),
+            "{uneven}"
+        );
     }
 
     #[test]

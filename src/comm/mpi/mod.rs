@@ -59,16 +59,37 @@ struct Joined {
 /// (with the failure in the run's records) before ending it itself.
 const TOLD_WAIT: Duration = Duration::from_secs(3);
 
+/// How long process 0 waits for the others to reach MPI before it says so (and again after as
+/// long).
+const JOIN_WAIT_SAID: Duration = Duration::from_secs(30);
+
 impl Cluster {
-    /// Initializes MPI on a thread of its own (this process was started by a launcher).
-    pub fn join() -> Result<Cluster, String> {
+    /// Initializes MPI on a thread of its own (this process was started by a launcher); where
+    /// `lead` (process 0, by the launcher's word) waits long for the others to reach MPI, it
+    /// says so every `JOIN_WAIT_SAID`: nothing else shows the run yet.
+    pub fn join(lead: bool) -> Result<Cluster, String> {
         let (ready_tx, ready_rx) = bounded(1);
         let (end_tx, end_rx) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("mpi".into())
             .spawn(move || link::own(ready_tx, end_rx))
             .map_err(|e| format!("cannot start the MPI thread: {e}"))?;
-        let joined = match ready_rx.recv() {
+        let start = std::time::Instant::now();
+        let said = |waited: Duration| {
+            crate::tell!(
+                "waiting for the run's other processes to start MPI ({:.0} s so far): every process waits until all have; one stopped (Ctrl-Z, kill -STOP: kill -CONT continues it) or that failed to start keeps them waiting (the launcher's output says why; Ctrl-C stops the run)",
+                waited.as_secs_f64()
+            )
+        };
+        let ready = loop {
+            match ready_rx.recv_timeout(JOIN_WAIT_SAID) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) if lead => said(start.elapsed()),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Ok(r) => break Ok(r),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break Err(()),
+            }
+        };
+        let joined = match ready {
             Ok(Ok(j)) => j,
             Ok(Err(e)) => {
                 // it finalizes MPI on its way out: let it, before the process ends

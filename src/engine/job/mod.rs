@@ -234,6 +234,16 @@ pub(super) fn meet(
                 cfg.batch_per_replica.to_string(),
             ),
             ("the budget (--epochs / --steps)".into(), budget),
+            // (faults injected on one rank: the processes that run and watch it both know it,
+            // or process 0's warnings blame the fault's effect on a likely cause)
+            (
+                "--slow-rank".into(),
+                (cfg.slow_rank).map_or(String::new(), |(r, f)| format!("{r}:{f}")),
+            ),
+            (
+                "--slow-data".into(),
+                (cfg.slow_data).map_or(String::new(), |(r, d)| format!("{r}:{}", d.as_millis())),
+            ),
             ("the data".into(), data_said(train, val)),
         ],
         max_batch,
