@@ -50,6 +50,9 @@ pub struct MetricsWriter {
     regular: bool,
     looked: std::time::Instant,
     found: Found,
+    /// Not a regular file (a FIFO, a pipe, a device): written by a thread of its own, so a
+    /// reader that stalls holds nothing up (`out` unused).
+    pipe: Option<pipe::Pipe>,
 }
 
 /// Whether the file written is still where it was written.
@@ -93,71 +96,6 @@ fn lock(f: &File) -> std::io::Result<()> {
             )),
             e => Err(e),
         },
-    }
-}
-
-/// A `--metrics-out` file claimed before its run starts: its write lock held, so that of two
-/// runs started together with one file the second is refused before it makes anything (its
-/// run directory); the file made where there was none (removed again where the run does not
-/// start); nothing in it emptied until the run has started (`MetricsWriter::claimed`).
-pub struct Claim {
-    path: PathBuf,
-    /// The regular file, locked (None: a FIFO, a device, a link to no file yet: opened at
-    /// the start).
-    file: Option<File>,
-    /// This claim made the file (and it has not been written).
-    made: bool,
-    /// A made file's removal, should the process quit at once (Ctrl-C as the run starts).
-    _quit: Option<crate::quit_at_once::Armed>,
-}
-
-impl Claim {
-    /// A claim of nothing held: a FIFO, a device, a link to no file yet (opened at the start).
-    fn unheld(path: &Path) -> Claim {
-        Claim {
-            path: path.to_path_buf(),
-            file: None,
-            made: false,
-            _quit: None,
-        }
-    }
-
-    /// The file made at `path` (`f`, locked): removed where the run does not start, by the
-    /// claim's drop or, quitting at once, by the signal handler.
-    fn made(path: &Path, f: File) -> Claim {
-        let id = f.metadata().ok().map(|m| file_id(&m));
-        let at = path.to_path_buf();
-        let quit = crate::quit_at_once::arm(move || {
-            if id.is_some() && std::fs::symlink_metadata(&at).ok().map(|m| file_id(&m)) == id {
-                let _ = std::fs::remove_file(&at);
-            }
-        });
-        Claim {
-            path: path.to_path_buf(),
-            file: Some(f),
-            made: true,
-            _quit: Some(quit),
-        }
-    }
-}
-
-/// What tells one file from another whatever its path: its device and inode.
-fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
-    (m.dev(), m.ino())
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        // (the file this claim made, where the path still names it)
-        let ours = (self.file.as_ref()).and_then(|f| f.metadata().ok());
-        let ours = ours.map(|m| file_id(&m));
-        let now = std::fs::symlink_metadata(&self.path)
-            .ok()
-            .map(|m| file_id(&m));
-        if self.made && ours.is_some() && now == ours {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }
 
@@ -295,7 +233,13 @@ impl MetricsWriter {
 
     /// The writer of `f`, the file at `path` (`regular`: not a FIFO or device), from its start.
     fn writing(path: &Path, f: File, regular: bool) -> MetricsWriter {
+        // (where no thread can be had, written here: a stalled reader holds the records up)
+        let piped = (!regular).then(|| {
+            f.try_clone()
+                .and_then(|f| pipe::Pipe::new(path.to_path_buf(), f))
+        });
         MetricsWriter {
+            pipe: piped.and_then(Result::ok),
             path: path.to_path_buf(),
             regular,
             out: BufWriter::new(f),
@@ -353,7 +297,8 @@ impl MetricsWriter {
                         )),
                         _ => err(e),
                     })?;
-                // then written as a file: a slow reader slows the writer, loses nothing
+                // then written as a file, by a thread of its own (`pipe`): a slow reader holds
+                // up none of the run's other records
                 // SAFETY: fcntl on a descriptor this function owns, clearing one status flag
                 unsafe {
                     let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
@@ -375,8 +320,11 @@ impl MetricsWriter {
     pub fn write(&mut self, line: &Line) -> Result<(), MetricsError> {
         self.handed += line.as_bytes().len() as u64;
         self.ends.push(self.handed);
-        self.out
-            .write_all(line.as_bytes())
+        let out: &mut dyn Write = match &mut self.pipe {
+            Some(p) => p,
+            None => &mut self.out,
+        };
+        out.write_all(line.as_bytes())
             .map_err(|source| MetricsError {
                 path: self.path.clone(),
                 fix: fix_for(&source),
@@ -385,7 +333,11 @@ impl MetricsWriter {
     }
 
     pub fn flush(&mut self) -> Result<(), MetricsError> {
-        self.out.flush().map_err(|source| MetricsError {
+        let out: &mut dyn Write = match &mut self.pipe {
+            Some(p) => p,
+            None => &mut self.out,
+        };
+        out.flush().map_err(|source| MetricsError {
             path: self.path.clone(),
             fix: fix_for(&source),
             source,
@@ -476,6 +428,13 @@ impl MetricsWriter {
     /// The warning, once, that the file was found removed while written (writing goes on: a
     /// file moved away still takes the records).
     pub fn take_warning(&mut self) -> Option<String> {
+        if let Some(n) = self.pipe.as_mut().and_then(|p| p.take_dropped()) {
+            return Some(format!(
+                "metrics file {}: its reader (of the FIFO or pipe) fell behind by more than the records held for it: {} dropped; the run and its other records go on",
+                self.path.display(),
+                crate::text::counted(n as usize, "record")
+            ));
+        }
         match self.found {
             Found::Gone => {
                 self.found = Found::Told;
@@ -489,5 +448,8 @@ impl MetricsWriter {
     }
 }
 
+mod claim;
+mod pipe;
+pub use claim::Claim;
 #[cfg(test)]
 mod tests;

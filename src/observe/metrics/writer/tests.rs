@@ -136,3 +136,61 @@ fn a_file_removed_while_written_is_told_once_and_one_moved_or_replaced_is_not() 
     let mut null = MetricsWriter::create(Path::new("/dev/null")).unwrap();
     assert_eq!(looked_for(&mut null), None);
 }
+
+/// A FIFO whose reader stalls holds up no write (the records go to a thread of their own); the
+/// records it is slow to take reach it whole, in order, once it reads.
+#[test]
+fn a_fifo_whose_reader_stalls_holds_no_write_up() {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.fifo");
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .unwrap();
+    let mut w = MetricsWriter::create(&path).unwrap();
+    // far more than a pipe holds (64 KiB), written and flushed while nothing is read
+    let (done_tx, done) = crossbeam_channel::bounded(1);
+    let writing = std::thread::spawn(move || {
+        for n in 0..20_000u32 {
+            w.write(&Line::new(&serde_json::json!({"type": "x", "n": n})))
+                .unwrap();
+            w.flush().unwrap();
+        }
+        done_tx.send(()).unwrap();
+        w
+    });
+    let held = done.recv_timeout(std::time::Duration::from_secs(30));
+    assert!(held.is_ok(), "the writes waited for the reader");
+    let w = writing.join().unwrap();
+    // read now: every record, whole and in order (the writer's end waits for them)
+    let reading = std::thread::spawn(move || {
+        let mut text = String::new();
+        loop {
+            let mut buf = [0u8; 1 << 16];
+            match reader.read(&mut buf) {
+                Ok(0) => break text,
+                Ok(n) => text.push_str(std::str::from_utf8(&buf[..n]).unwrap()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    drop(w);
+    let text = reading.join().unwrap();
+    let ns: Vec<u64> = (text.lines())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ns, (0..20_000).collect::<Vec<u64>>());
+}
