@@ -26,11 +26,20 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a scrape gets: Prometheus's text format.
 const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
+/// Held to write while a step's figures are set (they are apart, one atomic each), and to read
+/// while a scrape gathers them: a scrape holds one step's figures, not some of the next's (a
+/// process records one run at a time).
+pub(super) static SETTING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// The registry's metrics in Prometheus's text format (version 0.0.4).
 pub fn render(registry: &Registry) -> Result<Vec<u8>, String> {
     let mut body = Vec::with_capacity(16 * 1024);
+    let gathered = {
+        let _together = SETTING.read().unwrap_or_else(|p| p.into_inner());
+        registry.gather()
+    };
     TextEncoder::new()
-        .encode(&registry.gather(), &mut body)
+        .encode(&gathered, &mut body)
         .map_err(|e| e.to_string())?;
     Ok(body)
 }

@@ -338,6 +338,8 @@ impl Prometheus {
 
 impl Sink for Prometheus {
     fn step(&mut self, row: &StepRow, rate: Option<f64>, _logged: bool) -> Result<(), String> {
+        // (a scrape waits for the step's figures to be set together: one step's, never torn)
+        let _together = http::SETTING.write().unwrap_or_else(|p| p.into_inner());
         self.step.set(row.step as i64);
         self.steps.inc();
         self.epoch.set(row.epoch as f64);
