@@ -1115,3 +1115,27 @@ fn a_flag_error_of_an_mpi_job_is_said_once() {
     assert!(said.contains("unexpected argument '--bogus'"), "{said}");
     assert_eq!(as_rank("1", &["--help"]), (Some(0), String::new()));
 }
+
+/// A headless log that cannot be written (a full disk) is said on stderr, the run's records
+/// being whole; the run itself goes on and succeeds.
+#[test]
+fn a_log_that_cannot_be_written_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let Ok(full) = std::fs::File::create("/dev/full") else {
+        return;
+    };
+    let o = bin()
+        .current_dir(dir.path())
+        .args(["--headless", "--steps", "20", "--devices", "cpu:1"])
+        .stdout(Stdio::from(full))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "warning: the log could not be written from some point on (No space left on device"
+        ),
+        "{err}"
+    );
+}

@@ -247,6 +247,7 @@ pub fn run(
     notes: &[String],
 ) -> Result<RunResult, EngineError> {
     let info = engine.info().clone();
+    let out = &mut Lost::keeping(out);
     for l in describe(&info).iter().chain(notes) {
         put(out, format_args!("{l}"));
     }
@@ -262,7 +263,49 @@ pub fn run(
     }
     log.show(watcher.rest());
     let _ = log.out.flush();
-    engine.join()
+    let result = engine.join();
+    // (a log that could not be written, a full disk: said where it cannot be missed; a closed
+    // pipe, `| head`, was meant)
+    if let Some(e) = out
+        .lost
+        .take()
+        .filter(|e| e.kind() != std::io::ErrorKind::BrokenPipe)
+    {
+        crate::tell!("warning: the log could not be written from some point on ({e}): it is cut short; the run's records are whole in its metrics file (mgtop-train view shows them)");
+    }
+    result
+}
+
+/// The log's output, keeping the first write that failed (the lines after it are lost).
+struct Lost<'a> {
+    out: &'a mut dyn Write,
+    lost: Option<std::io::Error>,
+}
+
+impl<'a> Lost<'a> {
+    fn keeping(out: &'a mut dyn Write) -> Lost<'a> {
+        Lost { out, lost: None }
+    }
+
+    fn keep<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        r.inspect_err(|e| {
+            if self.lost.is_none() {
+                self.lost = Some(std::io::Error::new(e.kind(), e.to_string()));
+            }
+        })
+    }
+}
+
+impl Write for Lost<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.out.write(buf);
+        self.keep(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let flushed = self.out.flush();
+        self.keep(flushed)
+    }
 }
 
 /// One line of the log, what would drive the terminal in it (an escape in a path or a name)
