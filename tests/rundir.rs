@@ -502,6 +502,15 @@ fn runs_lists_each_run_with_its_state() {
         let out = text(&o);
         assert!(out.lines().count() == 2 && out.contains(" done "), "{out}");
     }
+    // a metrics file in the working directory (`--metrics-out metrics.jsonl`) is no run of
+    // ./runs: they are listed still
+    std::fs::copy(done.join("metrics.jsonl"), d.join("metrics.jsonl")).unwrap();
+    let out = text(&run_in(d, &["runs"]));
+    assert!(
+        out.contains("runs/broken/") && out.contains("runs/early/"),
+        "{out}"
+    );
+    std::fs::remove_file(d.join("metrics.jsonl")).unwrap();
     let o = run_in(d, &["ls", "elsewhere"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("no runs at elsewhere"), "{}", text(&o));

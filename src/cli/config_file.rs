@@ -91,20 +91,19 @@ pub(super) fn read(path: &Path) -> Result<(TrainArgs, String), String> {
         };
         format!("config file {}{at}: {msg}{keys}", path.display())
     })?;
-    if let Some((key, slip)) =
-        (toml::from_str::<toml::Table>(&text).ok()).and_then(|t| past_f32(&file, &t))
-    {
+    // (the file parsed as keys and values: what the typed reading does not say)
+    let table = toml::from_str::<toml::Table>(&text).unwrap_or_default();
+    if let Some((key, slip)) = past_f32(&file, &table) {
         let at = line_of(&text, &key);
         return Err(format!("config file {}{at}: {slip}", path.display()));
     }
     // (the flags take no empty value; in a file one is a slip, or a value left to fill in;
     // `tensorboard = ""` is the flag without its folder, as `--tensorboard` alone)
-    if let Some(key) = toml::from_str::<toml::Table>(&text).ok().and_then(|t| {
-        t.into_iter()
-            .filter(|(k, _)| k != "tensorboard")
-            .find(|(_, v)| v.as_str().is_some_and(|s| s.trim().is_empty()))
-            .map(|(k, _)| k)
-    }) {
+    if let Some(key) = (table.into_iter())
+        .filter(|(k, _)| k != "tensorboard")
+        .find(|(_, v)| v.as_str().is_some_and(|s| s.trim().is_empty()))
+        .map(|(k, _)| k)
+    {
         let at = line_of(&text, &key);
         return Err(format!(
             "config file {}{at}: `{key}` is empty; give it a value, or remove the line for the default",
@@ -187,3 +186,6 @@ pub(super) fn beside(config: &Path, flags: &TrainArgs, file: &TrainArgs) -> Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -177,8 +177,7 @@ pub fn allreduce_processes(repeat: usize) -> anyhow::Result<()> {
                 "mpi-allreduce-bench runs under mpirun: use `mgtop-train bench --only processes`"
             )
         })?;
-    let lead = launch.rank.is_none_or(|r| r == 0);
-    let cluster = crate::comm::mpi::Cluster::join(lead).map_err(anyhow::Error::msg)?;
+    let cluster = crate::comm::mpi::Cluster::join(launch.is_lead()).map_err(anyhow::Error::msg)?;
     measure(&cluster, repeat).or_else(|e| {
         // the other processes would wait for this one: end them, as training does
         crate::tell!("error: {e}");

@@ -21,8 +21,8 @@ pub fn as_processes(
 ) -> anyhow::Result<()> {
     use crate::engine::EngineError;
 
-    let lead = launch.rank.is_none_or(|r| r == 0);
-    let cluster = Arc::new(crate::comm::mpi::Cluster::join(lead).map_err(anyhow::Error::msg)?);
+    let cluster = crate::comm::mpi::Cluster::join(launch.is_lead());
+    let cluster = Arc::new(cluster.map_err(anyhow::Error::msg)?);
     // an MPI that is not the launcher's makes every process a world of its own
     if launch.size.is_some_and(|n| n != cluster.count())
         || launch.rank.is_some_and(|r| r != cluster.index())

@@ -345,7 +345,7 @@ pub(super) fn train(
                 let meta = checkpoint::read_meta(p).ok();
                 let step = meta.as_ref().map_or(0, |m| m.step);
                 // (stopped without a checkpoint after an earlier one: the steps since are lost)
-                let lost = crate::front::words::steps_lost(step, result.steps);
+                let lost = crate::engine::checkpoint::steps_lost(step, result.steps);
                 let ranks = meta.as_ref().map_or(1, |m| m.ranks);
                 match strategy.unresumable(optimizer, step, ranks, strategy) {
                     None => crate::say!("resume with: --resume {}{lost}", arg.display()),

@@ -212,7 +212,7 @@ fn way_on(
     let arg = arg.display();
     if !killed {
         let lost = (stopped_at.zip(step_of(&newest))).map_or(String::new(), |(at, saved)| {
-            crate::front::words::steps_lost(saved, at)
+            crate::engine::checkpoint::steps_lost(saved, at)
         });
         return Some(format!("resume with: --resume {arg}{lost}"));
     }

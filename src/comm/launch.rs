@@ -12,6 +12,11 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// Process 0, by the launcher's word (or a launcher that does not say).
+    pub fn is_lead(&self) -> bool {
+        self.rank.is_none_or(|r| r == 0)
+    }
+
     /// More than one process (or a launcher that does not say how many, so maybe more).
     pub fn is_multi(&self) -> bool {
         self.size.is_none_or(|n| n > 1)

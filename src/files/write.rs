@@ -70,7 +70,9 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes files that go together (weights and the module that loads them) as `replace_file`
 /// writes one, each renamed over its path only once all are written: a failure to write one (a
-/// full disk) leaves every path as it was and no temporary file. The error names the path.
+/// full disk) leaves every path as it was and no temporary file (a rename that fails after
+/// another succeeded, a folder's permissions changed between them, is not undone). The error
+/// names the path.
 pub fn replace_files(files: &[(&Path, &[u8])]) -> Result<(), (PathBuf, std::io::Error)> {
     let temporary = |path: &Path| {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());

@@ -289,7 +289,9 @@ impl<'a> Lost<'a> {
 
     fn keep<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
         r.inspect_err(|e| {
-            if self.lost.is_none() {
+            // (an interrupted write is tried again by `write_all`: nothing lost)
+            use std::io::ErrorKind::{Interrupted, WouldBlock};
+            if self.lost.is_none() && !matches!(e.kind(), Interrupted | WouldBlock) {
                 self.lost = Some(std::io::Error::new(e.kind(), e.to_string()));
             }
         })

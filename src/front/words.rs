@@ -473,21 +473,6 @@ pub fn best_checkpoint(path: &std::path::Path, accuracy: f32) -> String {
     format!("{} (val acc {:.2}%)", path.display(), accuracy * 100.0)
 }
 
-/// ` (its checkpoint of step S: the N steps after it were stopped without one)`: what a resume
-/// from the checkpoint of step `saved` leaves out of a run stopped at `stopped`; nothing where it
-/// leaves nothing or the checkpoint's step is not known (0).
-pub fn steps_lost(saved: u64, stopped: u64) -> String {
-    match stopped.saturating_sub(saved) {
-        n if n == 0 || saved == 0 => String::new(),
-        1 => {
-            format!(" (its checkpoint of step {saved}: the step after it was stopped without one)")
-        }
-        n => format!(
-            " (its checkpoint of step {saved}: the {n} steps after it were stopped without one)"
-        ),
-    }
-}
-
 /// How a run ended, in a line.
 pub fn ended(step: u64, ending: Ending) -> String {
     match ending {

@@ -63,6 +63,21 @@ pub fn step_of(dir: &Path) -> Option<u64> {
         .ok()
 }
 
+/// ` (its checkpoint of step S: the N steps after it were stopped without one)`: what a resume
+/// from the checkpoint of step `saved` leaves out of a run stopped at `stopped`; nothing where it
+/// leaves nothing or the checkpoint's step is not known (0).
+pub fn steps_lost(saved: u64, stopped: u64) -> String {
+    match stopped.saturating_sub(saved) {
+        n if n == 0 || saved == 0 => String::new(),
+        1 => {
+            format!(" (its checkpoint of step {saved}: the step after it was stopped without one)")
+        }
+        n => format!(
+            " (its checkpoint of step {saved}: the {n} steps after it were stopped without one)"
+        ),
+    }
+}
+
 /// The finished `step-N` checkpoints in `dir` (those with a `state.json`), oldest first.
 pub fn steps(dir: &Path) -> Vec<(u64, PathBuf)> {
     let mut steps = numbered(dir);

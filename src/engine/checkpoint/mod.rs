@@ -22,7 +22,7 @@ pub(crate) mod tensor_file;
 mod write;
 
 pub use carry::carry_best;
-pub use lines::{lines, passed_over, refuse_others, step_of, steps, Line};
+pub use lines::{lines, passed_over, refuse_others, step_of, steps, steps_lost, Line};
 pub use lock::{holder, lock, tidy_if_free, DirLock, LOCK_FILE};
 pub use meta::{BestVal, CheckpointMeta};
 pub use tensor_file::safetensors_problem;

@@ -486,24 +486,7 @@ fn a_damaged_checkpoint_points_past_other_damaged_ones_to_a_whole_one() {
     assert!(e.contains("no other whole checkpoint is beside it"), "{e}");
 }
 
-#[test]
-fn a_checkpoint_removed_while_it_is_read_is_said_gone_not_damaged() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_, _, meta) = sample();
-    let p = dir.path().join(format!("step-{:08}", meta.step));
-    let e = read_meta(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("it was removed while it was read") && e.contains("try again"),
-        "{e}"
-    );
-    // found in a run's directory, then removed before the run resumed it: the same, not "no
-    // checkpoint at"
-    let e = resolve(&p).unwrap_err().to_string();
-    assert!(
-        e.contains("it was removed while it was read") && e.contains("try again"),
-        "{e}"
-    );
-}
-
 mod carry;
 mod lines;
+
+mod gone;

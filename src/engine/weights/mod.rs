@@ -152,10 +152,7 @@ pub fn import(
             crate::text::counted(file_names.len(), "tensor"),
             model.tensors.first().map_or("", |t| &t.name),
             ex.join(", "),
-            match trained_for::model_said(path) {
-                Some(theirs) => format!(": its weights are of --model {theirs}, not this run's"),
-                None => "; is it a checkpoint of this --model?".into(),
-            },
+            trained_for::not_this_model(path, model),
             model.spec,
             model.input,
             model.dims.last().copied().unwrap_or(0)

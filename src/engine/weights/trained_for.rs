@@ -57,15 +57,23 @@ fn recorded(path: &Path) -> Recorded {
     }
 }
 
-/// `resnet20 on 3x32x32 inputs`: the model a weights file says it holds (an export's metadata,
-/// a checkpoint's record), where it says one.
-pub fn model_said(path: &Path) -> Option<String> {
-    recorded(path).model.map(|(model, input)| {
-        let on = input.map_or(String::new(), |i| {
-            format!(" on {} inputs", crate::text::excerpt(&i))
-        });
-        format!("{}{on}", crate::text::excerpt(&model))
-    })
+/// Why a file none of whose tensors `model` names would not be its weights: the model the file
+/// says it holds (an export's metadata, a checkpoint's record), where that is another, else the
+/// question.
+pub fn not_this_model(path: &Path, model: &Model) -> String {
+    let theirs = recorded(path).model.filter(|(m, _)| *m != model.spec);
+    match theirs {
+        Some((m, input)) => {
+            let on = input.map_or(String::new(), |i| {
+                format!(" on {} inputs", crate::text::excerpt(&i))
+            });
+            format!(
+                ": its weights are of --model {}{on}, not this run's",
+                crate::text::excerpt(&m)
+            )
+        }
+        None => "; is it a checkpoint of this --model?".into(),
+    }
 }
 
 /// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):

@@ -215,6 +215,10 @@ impl Files {
             files.write(&line, true);
             files.end_lost(&line);
         }
+        // (a pipe's records go by a thread of its own: given what is left of the wait)
+        for w in &files.writers {
+            w.drain(deadline);
+        }
         // (the process exits next: a line the UI thread writes meanwhile goes nowhere)
         files.ended = true;
     }

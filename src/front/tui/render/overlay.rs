@@ -249,7 +249,7 @@ pub fn render_summary(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         // (a run stopped past its checkpoint: what a resume from it leaves out)
         let saved = crate::engine::checkpoint::step_of(p).filter(|_| s.ending != Ending::Completed);
         let lost = saved.map_or(String::new(), |c| {
-            crate::front::words::steps_lost(c, s.steps)
+            crate::engine::checkpoint::steps_lost(c, s.steps)
         });
         fields.push(("checkpoint", format!("{}{lost}", p.display())));
     }

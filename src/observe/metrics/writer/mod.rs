@@ -311,6 +311,14 @@ impl MetricsWriter {
         Ok(MetricsWriter::writing(path, f, regular))
     }
 
+    /// Waits until `deadline` at most for a pipe's reader to take the records held for it (a
+    /// process about to exit at once); a file is written already.
+    pub fn drain(&self, deadline: std::time::Instant) {
+        if let Some(p) = &self.pipe {
+            p.drain(deadline);
+        }
+    }
+
     /// The file written.
     pub fn path(&self) -> &Path {
         &self.path

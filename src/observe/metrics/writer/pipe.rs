@@ -76,6 +76,13 @@ impl Pipe {
         }
     }
 
+    /// Waits until the reader has taken every record held, or `deadline`.
+    pub(super) fn drain(&self, deadline: std::time::Instant) {
+        while self.held.load(Ordering::Relaxed) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Records dropped for a reader that fell behind since the last call: how many.
     pub(super) fn take_dropped(&mut self) -> Option<u64> {
         let new = self.dropped - self.said;
@@ -114,14 +121,15 @@ impl Write for Pipe {
 }
 
 impl Drop for Pipe {
-    /// The records held are given `END_WAIT` to be read; a reader that takes none meanwhile
-    /// does not keep the process from ending (said, with what it did not read).
+    /// The records held are given `END_WAIT` to be read; a reader that has not taken them all
+    /// by then does not keep the process from ending (said, with what it had not read; under
+    /// the Terminal UI the line goes to its screen, which closes: the log's runs say it).
     fn drop(&mut self) {
         drop(self.to_thread.take());
         if let Err(crossbeam_channel::RecvTimeoutError::Timeout) = self.ended.recv_timeout(END_WAIT)
         {
             crate::tell!(
-                "warning: metrics file {}: its reader (of the FIFO or pipe) took none of the run's last {} in {} s: left unwritten",
+                "warning: metrics file {}: its reader (of the FIFO or pipe) had not taken the run's last {} after {} s: the run ends without waiting for it",
                 self.path.display(),
                 crate::text::bytes(self.held.load(Ordering::Relaxed)),
                 END_WAIT.as_secs()
