@@ -3,8 +3,15 @@
 use std::path::Path;
 
 use crate::cli::tests::cli;
-use crate::cli::Cli;
+use crate::cli::{Cli, Frontend};
+use crate::config::RunConfig;
 use clap::Parser;
+
+/// The config file `f` holding `text`, read as a run's (`cli`).
+fn with_file(f: &Path, text: &str) -> Result<(RunConfig, Frontend), String> {
+    std::fs::write(f, text).unwrap();
+    cli(&["--config", f.to_str().unwrap()])
+}
 
 /// A decimal past its key's 32-bit number is said in the words written, as the flag's is, not
 /// read as infinity; one within it, and `inf` written as such (refused later, as the flag's), are
@@ -13,24 +20,20 @@ use clap::Parser;
 fn a_config_decimal_past_its_keys_number_is_named_by_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("run.toml");
-    std::fs::write(&f, "steps = 3\nmomentum = 1e308\n").unwrap();
-    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    let e = with_file(&f, "steps = 3\nmomentum = 1e308\n").unwrap_err();
     assert!(
         e.contains(
             "run.toml (line 2): `momentum = 1e308` is beyond the numbers the key holds (±3.4e38)"
         ),
         "{e}"
     );
-    std::fs::write(&f, "weight-decay = -4e38\n").unwrap();
-    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    let e = with_file(&f, "weight-decay = -4e38\n").unwrap_err();
     assert!(
         e.contains("(line 1): `weight-decay = -4e38` is beyond"),
         "{e}"
     );
-    std::fs::write(&f, "momentum = 3e38\n").unwrap();
-    assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
-    std::fs::write(&f, "momentum = inf\n").unwrap();
-    let from_file = cli(&["--config", f.to_str().unwrap()]).map(|(c, _)| c.momentum);
+    assert!(with_file(&f, "momentum = 3e38\n").is_ok());
+    let from_file = with_file(&f, "momentum = inf\n").map(|(c, _)| c.momentum);
     let from_flag = cli(&["--momentum", "inf"]).map(|(c, _)| c.momentum);
     assert_eq!(from_file, from_flag);
 }
@@ -81,8 +84,7 @@ fn an_empty_value_in_a_config_file_is_named_by_its_line() {
         ("'run-dir' = \"  \"\nsteps = 3\n", "run-dir", 1),
         ("steps = 3\n\n  export = \"\"\n", "export", 3),
     ] {
-        std::fs::write(&f, text).unwrap();
-        let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+        let e = with_file(&f, text).unwrap_err();
         assert!(
             e.contains(&format!(
                 "run.toml (line {line}): `{key}` is empty; give it a value"
@@ -91,16 +93,14 @@ fn an_empty_value_in_a_config_file_is_named_by_its_line() {
         );
     }
     // but for the one whose empty value means the flag alone
-    std::fs::write(&f, "steps = 3\ntensorboard = \"\"\n").unwrap();
-    assert!(cli(&["--config", f.to_str().unwrap()]).is_ok());
+    assert!(with_file(&f, "steps = 3\ntensorboard = \"\"\n").is_ok());
 }
 
 #[test]
 fn a_config_file_of_two_budgets_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("run.toml");
-    std::fs::write(&f, "epochs = 3\nsteps = 10\n").unwrap();
-    let e = cli(&["--config", f.to_str().unwrap()]).unwrap_err();
+    let e = with_file(&f, "epochs = 3\nsteps = 10\n").unwrap_err();
     assert!(
         e.contains("run.toml: `epochs` and `steps` are both set: keep one budget"),
         "{e}"
