@@ -6,8 +6,36 @@ use prometheus::{CounterVec, GaugeVec, IntCounter, IntCounterVec, IntGauge, Opts
 /// The `mgtop_bound` label of other work taking the machine's cores.
 pub(super) const OUTSIDE_LOAD: &str = "outside-load";
 
-/// The states `mgtop_run_state` has a series for.
-pub(super) const STATES: [&str; 5] = ["running", "paused", "completed", "stopped", "failed"];
+/// The states `mgtop_run_state` has a series for (`starting`: loading the data and opening
+/// the devices, before the run's other families are there).
+pub(super) const STATES: [&str; 6] = [
+    "starting",
+    "running",
+    "paused",
+    "completed",
+    "stopped",
+    "failed",
+];
+
+/// `mgtop_run_state`'s name and help.
+pub(super) const STATE: (&str, &str) = (
+    "mgtop_run_state",
+    "1 for the state the run is in: starting, running, paused, completed, stopped or failed.",
+);
+
+/// What a scrape before the run has started gets: `mgtop_run_state{state="starting"} 1`
+/// (an empty answer read as a run without metrics; an `absent()` alert fired through a slow
+/// start).
+pub(super) fn starting() -> Vec<prometheus::proto::MetricFamily> {
+    let r = Registry::new();
+    match gauge_vec(&r, STATE.0, STATE.1, &["state"]) {
+        Ok(state) => {
+            state.with_label_values(&["starting"]).set(1.0);
+            r.gather()
+        }
+        Err(_) => Vec::new(),
+    }
+}
 
 /// The parts of a step `mgtop_step_time_seconds_total` counts, in the order of `parts`.
 pub(super) const PARTS: [&str; 6] = [

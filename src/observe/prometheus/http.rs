@@ -38,6 +38,11 @@ pub fn render(registry: &Registry) -> Result<Vec<u8>, String> {
         let _together = SETTING.read().unwrap_or_else(|p| p.into_inner());
         registry.gather()
     };
+    // (the run's families are registered once it has started)
+    let gathered = match gathered.is_empty() {
+        true => super::families::starting(),
+        false => gathered,
+    };
     TextEncoder::new()
         .encode(&gathered, &mut body)
         .map_err(|e| e.to_string())?;

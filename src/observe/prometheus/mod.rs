@@ -26,7 +26,7 @@ use crate::observe::sample::DeviceSample;
 use crate::observe::straggler::{Cause, Limit, Warning};
 use dcgm::Dcgm;
 use families::{counter_vec, gauge_vec, int_counter, int_counter_vec, int_gauge, Newest};
-use families::{wide, OUTSIDE_LOAD, PARTS, STATES};
+use families::{wide, OUTSIDE_LOAD, PARTS, STATE, STATES};
 
 /// The metrics of one run, registered in the endpoint's registry.
 pub struct Prometheus {
@@ -135,12 +135,7 @@ impl Prometheus {
             ])
             .set(1.0);
         let dcgm = Dcgm::new(r, info, identities)?;
-        let state = gauge_vec(
-            r,
-            "mgtop_run_state",
-            "1 for the state the run is in: running, paused, completed, stopped or failed.",
-            &["state"],
-        )?;
+        let state = gauge_vec(r, STATE.0, STATE.1, &["state"])?;
         let p = Prometheus {
             step: int_gauge(r, "mgtop_step", "The newest step every rank has completed.")?,
             steps: int_counter(

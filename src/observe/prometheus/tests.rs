@@ -377,6 +377,18 @@ fn a_failure_stays_the_state_after_the_end() {
 }
 
 #[test]
+fn a_scrape_before_the_run_has_started_says_it_is_starting() {
+    let reg = Registry::new();
+    let t = text(&reg);
+    assert_eq!(value(&t, r#"mgtop_run_state{state="starting"}"#), Some(1.0));
+    promtool_accepts(&t);
+    let _p = Prometheus::new(&reg, &info(), &[]).unwrap();
+    let t = text(&reg);
+    assert_eq!(value(&t, r#"mgtop_run_state{state="starting"}"#), Some(0.0));
+    assert_eq!(value(&t, r#"mgtop_run_state{state="running"}"#), Some(1.0));
+}
+
+#[test]
 fn another_machines_gpus_are_shown_from_their_samples_without_this_machines_identities() {
     let mut info = info();
     info.hosts = vec!["nodeA".into(), "nodeB".into()];
