@@ -119,6 +119,25 @@ impl StepRow {
     }
 }
 
+/// The global batch a run trains at, from its steps: an epoch's last step, cut short, keeps
+/// the one before (a chart of it dipped once an epoch); a batch change is the new one.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GlobalBatch {
+    per_replica: usize,
+    global: usize,
+}
+
+impl GlobalBatch {
+    /// The global batch at `row` (rows in step order; some may be left out).
+    pub fn at(&mut self, row: &StepRow) -> usize {
+        let cut_short = row.per_replica == self.per_replica && row.global_samples < self.global;
+        if !cut_short {
+            (self.per_replica, self.global) = (row.per_replica, row.global_samples);
+        }
+        self.global
+    }
+}
+
 #[cfg(test)]
 impl StepRow {
     /// A step of 64 samples (32 a replica) with no rank's sample, `step` ms into the run.

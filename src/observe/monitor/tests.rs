@@ -256,3 +256,26 @@ fn the_rate_after_a_validation_keeps_the_steps_before_it() {
     let r = m.samples_per_sec().unwrap();
     assert!((r - 101.0 * 20.0 / 1.03).abs() < 20.0, "{r}");
 }
+
+#[test]
+fn an_epoch_s_short_last_step_keeps_the_global_batch_and_a_batch_change_is_the_new_one() {
+    let mut g = GlobalBatch::default();
+    let row = |step, per_replica, global_samples| StepRow {
+        per_replica,
+        global_samples,
+        ..StepRow::example(step)
+    };
+    assert_eq!(g.at(&row(1, 32, 64)), 64);
+    assert_eq!(g.at(&row(2, 32, 40)), 64, "an epoch's last step, cut short");
+    assert_eq!(g.at(&row(3, 32, 64)), 64);
+    assert_eq!(
+        g.at(&row(4, 16, 32)),
+        32,
+        "the batch made smaller from the keyboard"
+    );
+    assert_eq!(g.at(&row(5, 48, 96)), 96);
+    // a data set smaller than one batch: every step is the first's
+    let mut g = GlobalBatch::default();
+    assert_eq!(g.at(&row(1, 32, 20)), 20);
+    assert_eq!(g.at(&row(2, 32, 20)), 20);
+}

@@ -19,7 +19,7 @@ use prometheus::{Counter, Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, 
 use crate::engine::events::{Applied, Event};
 use crate::engine::RunInfo;
 use crate::observe::mfu::Mfu;
-use crate::observe::monitor::StepRow;
+use crate::observe::monitor::{GlobalBatch, StepRow};
 use crate::observe::nvml::GpuIdentity;
 use crate::observe::recorder::Sink;
 use crate::observe::sample::DeviceSample;
@@ -51,6 +51,8 @@ pub struct Prometheus {
     /// The learning rate last set (it changes seldom; widening it costs a format).
     lr_seen: Option<f32>,
     global_batch: Newest,
+    /// (an epoch's short last step keeps the global batch the run trains at)
+    global_of: GlobalBatch,
     per_replica: Newest,
     val_loss: Newest,
     val_accuracy: Newest,
@@ -194,8 +196,9 @@ impl Prometheus {
             global_batch: Newest::new(
                 r,
                 "mgtop_global_batch_size",
-                "Samples per optimizer step over all ranks.",
+                "Samples per optimizer step over all ranks (an epoch's last step, cut short, keeps the batch before).",
             )?,
+            global_of: GlobalBatch::default(),
             per_replica: Newest::new(
                 r,
                 "mgtop_batch_size_per_replica",
@@ -354,7 +357,7 @@ impl Sink for Prometheus {
             self.lr_seen = Some(row.lr);
             self.lr.set(wide(row.lr));
         }
-        self.global_batch.set(row.global_samples as f64);
+        self.global_batch.set(self.global_of.at(row) as f64);
         self.per_replica.set(row.per_replica as f64);
         for s in &row.ranks {
             let Some(c) = self.step_time.get(s.rank) else {

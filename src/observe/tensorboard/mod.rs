@@ -6,7 +6,7 @@
 //! - logged steps: `train/loss`, `train/accuracy`, `train/grad_norm` (where recorded),
 //!   `train/learning_rate`, `train/global_batch`, `train/samples_per_s`; per rank `step_time/<part>_ms/rank<R>` for `step`, `data_wait`,
 //!   `compute`, `comm` (the all-reduce), `sync_wait` (waiting for slower ranks), `optimizer`,
-//!   and `loader_busy` (not a part of the step: its loader threads' time building its batch,
+//!   `transfer` (host-device copies), and `loader_busy` (not a part of the step: its loader threads' time building its batch,
 //!   over their number; over `step`, how busy they are);
 //! - epochs: `train/epoch_loss`, `validation/loss`, `validation/accuracy`;
 //! - samples (at the newest step a logged step or an event has told of): `utilization/rank<R>` and `memory_access/rank<R>` in
@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::engine::events::Event;
 use crate::engine::RunInfo;
 use crate::observe::metrics::{MetricsReader, Record};
-use crate::observe::monitor::StepRow;
+use crate::observe::monitor::{GlobalBatch, StepRow};
 use crate::observe::recorder::Sink;
 use crate::observe::sample::DeviceSample;
 use events::EventFile;
@@ -79,6 +79,7 @@ pub struct TensorBoard {
     /// The newest step a logged step or an event told of: samples are written at it (as a
     /// metrics file read back gives).
     step: u64,
+    global_batch: GlobalBatch,
 }
 
 impl TensorBoard {
@@ -97,6 +98,7 @@ impl TensorBoard {
             started,
             devices,
             step: info.start_step,
+            global_batch: GlobalBatch::default(),
         })
     }
 
@@ -113,12 +115,13 @@ impl TensorBoard {
 }
 
 /// A logged step's scalars.
-pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
+/// A logged step's scalars; `global_batch` the batch the run trains at (`GlobalBatch`).
+fn step_scalars(row: &StepRow, rate: Option<f64>, global_batch: usize) -> Vec<(String, f32)> {
     let mut v = vec![
         ("train/loss".to_string(), row.loss),
         ("train/accuracy".to_string(), row.accuracy),
         ("train/learning_rate".to_string(), row.lr),
-        ("train/global_batch".to_string(), row.global_samples as f32),
+        ("train/global_batch".to_string(), global_batch as f32),
     ];
     if row.grad_norm.is_finite() {
         v.push(("train/grad_norm".to_string(), row.grad_norm));
@@ -135,6 +138,7 @@ pub fn step_scalars(row: &StepRow, rate: Option<f64>) -> Vec<(String, f32)> {
             ("comm", r.comm),
             ("sync_wait", r.sync_wait),
             ("optimizer", r.optimizer),
+            ("transfer", r.transfer),
         ];
         for (part, d) in parts {
             v.push((format!("step_time/{part}_ms/rank{}", r.rank), ms(d)));
@@ -203,7 +207,8 @@ impl Sink for TensorBoard {
             return Ok(());
         }
         self.step = self.step.max(row.step);
-        self.write(row.at, row.step, &step_scalars(row, rate))
+        let global_batch = self.global_batch.at(row);
+        self.write(row.at, row.step, &step_scalars(row, rate, global_batch))
     }
 
     fn last_step(&mut self, row: &StepRow, rate: Option<f64>) -> Result<(), String> {
