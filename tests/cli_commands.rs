@@ -270,3 +270,33 @@ fn the_version_says_whether_mpi_is_built_in() {
         "{out}"
     );
 }
+
+/// `bench`'s training table gives each point's spread over its repeats beside its median.
+#[test]
+fn bench_says_how_far_each_point_s_repeats_lie_apart() {
+    let o = bin()
+        .args([
+            "bench",
+            "--only",
+            "train",
+            "--workers",
+            "1",
+            "--batches",
+            "16",
+        ])
+        .args(["--samples", "800", "--repeat", "2"])
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let header = out.lines().find(|l| l.contains("workers")).expect(&out);
+    assert!(header.contains("mgtop  spread"), "{out}");
+    let row = (out.lines())
+        .find(|l| l.split_whitespace().take(2).eq(["1", "16"]))
+        .expect(&out);
+    let spread = row.split_whitespace().nth(3).unwrap();
+    assert!(
+        spread.starts_with('±') && spread.ends_with('%'),
+        "{row}\n{out}"
+    );
+}

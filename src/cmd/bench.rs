@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::bench_live;
 use super::bench_workload::synthetic;
+use super::scale::{loaded_points, noisy_points, spread_of, spread_text};
 use crate::cli::BenchArgs;
 use crate::comm::{Collective, LocalCollective};
 use crate::config::{DeviceSpec, RunConfig};
@@ -15,6 +16,7 @@ use crate::engine::{Engine, EngineError};
 use crate::front::tui::render::render;
 use crate::front::tui::theme::Theme;
 use crate::front::tui::{demo, TuiOptions};
+use crate::observe::machine_load::{Load, LoadMeter};
 use crate::stats::median;
 use crossbeam_channel::never;
 use ratatui::backend::CrosstermBackend;
@@ -232,31 +234,51 @@ pub fn command(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         };
         crate::say!("(TF and torch: figures the project's reference scripts recorded on its 2-core reference machine, not measured now{scripts})");
         crate::say!(
-            "{:>7} {:>6} {:>12} {:>10} {:>10} {:>9} {:>9}",
+            "{:>7} {:>6} {:>12} {:>7} {:>10} {:>10} {:>9} {:>9}",
             "workers",
             "batch",
             "mgtop",
+            "spread",
             "TF ref",
             "torch ref",
             "x TF",
             "x torch"
         );
+        // (each point's spread and the other work while it was timed, for the warnings)
+        let mut spreads = Vec::new();
+        let mut loads = Vec::new();
         for &w in &args.workers {
             for &b in &args.batches {
-                let runs: Result<Vec<f64>, _> = (0..args.repeat.max(1))
+                let mut meter = LoadMeter::default();
+                meter.sample();
+                let runs = (0..args.repeat.max(1))
                     .map(|_| train_throughput(w, b, args.samples / 10, args.samples))
-                    .collect();
-                let ours = median(runs?);
+                    .collect::<Result<Vec<f64>, _>>()?;
+                let point = format!("{w}x{b}");
+                loads.extend((meter.sample().filter(Load::contended)).map(|l| (point.clone(), l)));
+                let ours = median(runs.clone());
+                let spread = spread_of(&runs, ours);
+                spreads.push((point, spread));
+                let spread = spread_text(spread);
                 let reference = REFERENCE.iter().find(|r| r.0 == w && r.1 == b);
                 match reference {
                     Some(&(_, _, tf, torch)) => crate::say!(
-                        "{w:>7} {b:>6} {ours:>12.0} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}",
+                        "{w:>7} {b:>6} {ours:>12.0} {spread:>7} {tf:>10.0} {torch:>10.0} {:>9.2} {:>9.2}",
                         ours / tf,
                         ours / torch
                     ),
-                    None => crate::say!("{w:>7} {b:>6} {ours:>12.0} {:>10} {:>10}", "-", "-"),
+                    None => crate::say!(
+                        "{w:>7} {b:>6} {ours:>12.0} {spread:>7} {:>10} {:>10}",
+                        "-",
+                        "-"
+                    ),
                 }
             }
+        }
+        let loads: Vec<(String, &Load)> = loads.iter().map(|(p, l)| (p.clone(), l)).collect();
+        let warnings = [loaded_points(&loads), noisy_points(&spreads, "--samples")];
+        for w in warnings.into_iter().flatten() {
+            crate::say!("{w}");
         }
     }
     if args.only == "all" || args.only == "allreduce" {

@@ -30,7 +30,8 @@ use crate::observe::telemetry::Telemetry;
 mod held;
 mod repeats;
 use held::{strategies, Held};
-pub use repeats::{noise_warning, outside_warning, NOISY_SPREAD};
+pub use repeats::{loaded_points, noise_warning, noisy_points, outside_warning};
+pub use repeats::{spread_of, spread_text, NOISY_SPREAD};
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

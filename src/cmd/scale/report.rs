@@ -47,9 +47,7 @@ pub fn table(rows: &[Row]) -> Vec<String> {
             r.global_batch,
             if r.prefetch { "on" } else { "off" },
             r.samples_per_sec,
-            // (rounded up: a spread over the warning's ±5% never shows as ±5%; a whole
-            // percent, give or take float rounding, stays one)
-            r.spread.map_or("-".into(), |s| format!("±{:.0}%", (s * 50.0 - 1e-9).ceil())),
+            super::spread_text(r.spread),
             r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
             r.efficiency.map_or("-".into(), pct),
             pct(r.utilization),

@@ -152,7 +152,7 @@ fn points_timed_while_other_work_took_the_cores_are_named_with_the_work() {
     let w = outside_warning(&[quiet, one, two]).unwrap();
     assert!(
         w.contains("while 2 point(s) were timed (cores it took: 1x32 0.6, 2x32 1.2, of the machine's 2; most by rustc (pid 7))")
-            && w.contains("speedups mean little"),
+            && w.contains("ratios mean little"),
         "{w}"
     );
 }
