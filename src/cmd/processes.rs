@@ -242,7 +242,7 @@ fn follow(
     super::ran(&result);
     if result.data_skipped > 0 {
         crate::tell!(
-            "{here}: note: {} image file(s) of this machine could not be decoded during the run; another picture of the same class stood in for each (the WARNING lines above name them)",
+            "{here}: note: {} image file(s) of this machine could not be decoded during the run; another picture of the same class stood in for each where its class had one (the WARNING lines above name them)",
             result.data_skipped
         );
     }

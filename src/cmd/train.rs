@@ -313,7 +313,7 @@ pub(super) fn train(
             (true, None) => "the screen's events named them".into(),
         };
         crate::say!(
-            "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each ({named})",
+            "note: {} image file(s) could not be decoded during the run; another picture of the same class stood in for each where its class had one ({named})",
             result.data_skipped
         );
     }

@@ -150,7 +150,8 @@ impl Dataset {
         &self.x[i * self.features..(i + 1) * self.features]
     }
 
-    fn subset(&self, idx: &[usize]) -> Dataset {
+    /// Samples `idx` as a set of their own (a picture set's as another split).
+    pub fn subset(&self, idx: &[usize]) -> Dataset {
         let mut x = Vec::new();
         if self.pictures.is_none() {
             x.reserve_exact(idx.len() * self.features);

@@ -194,12 +194,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
     };
     let set = Arc::new(set);
     let y = set.labels().to_vec();
-    let pictures = Pictures {
-        set,
-        rows: (0..n as u32).collect(),
-        look,
-        seed: r.seed,
-    };
+    let pictures = Pictures::new(set, (0..n as u32).collect(), look, r.seed);
     Ok(HeldOut {
         set: Dataset {
             features: 3 * w * h,

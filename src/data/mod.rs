@@ -33,7 +33,7 @@ use dataset::finish;
 pub use dataset::{Dataset, MicroBatch};
 pub use image_shape::{parse_shape, shape_text, shape_values, ImageLayout, MAX_IMAGE_VALUES};
 pub use overlap::shared_rows;
-pub use picture_set::{ImageSet, Pictures};
+pub use picture_set::{ImageSet, LostClasses, Pictures};
 pub use spec::DataSpec;
 pub use table::Normalisation;
 pub use transform::{Augment, NormSpec};

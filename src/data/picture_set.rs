@@ -2,6 +2,7 @@
 //! the loader threads, and kept once decoded when the whole set fits the memory granted to it.
 //! [`Pictures`] is one split's view of a set: its rows and how they become samples.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,8 +27,6 @@ pub struct ImageSet {
     failures: AtomicUsize,
     /// Failures not yet reported.
     news: Mutex<Vec<String>>,
-    /// Why a class has no picture left to stand in for its failures: the run cannot go on.
-    unusable: OnceLock<String>,
     /// Each label's class name (a folder's, CIFAR's), in label order; empty where unnamed.
     names: Vec<String>,
 }
@@ -47,7 +46,6 @@ impl ImageSet {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
-            unusable: OnceLock::new(),
             names: Vec::new(),
         }
     }
@@ -68,7 +66,6 @@ impl ImageSet {
             failed: (0..n).map(|_| AtomicBool::new(false)).collect(),
             failures: AtomicUsize::new(0),
             news: Mutex::new(Vec::new()),
-            unusable: OnceLock::new(),
             names: Vec::new(),
         }
     }
@@ -142,8 +139,8 @@ impl ImageSet {
     /// Picture `among[at]` (the rows of a split); one that cannot be decoded is reported once
     /// and stood in for by the next picture of the same class among them that can (the split's
     /// own: a validation picture never stands in for a training one, nor the other way), the
-    /// same one every time. `None` if none can: the set is then [`unusable`](Self::unusable).
-    pub fn picture(&self, among: &[u32], at: usize) -> Option<Arc<Picture>> {
+    /// same one every time. Where none can, why (the class's samples would be blank).
+    fn picture(&self, among: &[u32], at: usize) -> Result<Arc<Picture>, String> {
         let (n, i) = (among.len(), among[at] as usize);
         for k in 0..n {
             let j = among[(at + k) % n] as usize;
@@ -151,7 +148,7 @@ impl ImageSet {
                 continue;
             }
             match self.load(j) {
-                Ok(p) => return Some(p),
+                Ok(p) => return Ok(p),
                 Err(why) => {
                     if !self.failed[j].swap(true, Ordering::Relaxed) {
                         self.failures.fetch_add(1, Ordering::Relaxed);
@@ -167,19 +164,12 @@ impl ImageSet {
         let (files, all) = (files.count(), self.labels.len() == n);
         let class =
             (self.files[i].parent()).map_or(String::new(), |d| format!(" ({})", d.display()));
-        let _ = self.unusable.set(format!(
-            "no picture of class {}{class} {}can be decoded: all {files} of its files {}failed; repair or replace them, or move the class's folder out of the data",
+        Err(format!(
+            "no picture of class {}{class} {}can be decoded: all {files} of its files {}failed",
             self.labels[i],
             if all { "" } else { "in this split " },
             if all { "" } else { "there " },
-        ));
-        None
-    }
-
-    /// Why the set cannot give every class's samples, once a class has no picture that
-    /// decodes (its samples would be blank).
-    pub fn unusable(&self) -> Option<&str> {
-        self.unusable.get().map(String::as_str)
+        ))
     }
 
     /// Files that failed to decode since the last call, one line each.
@@ -206,14 +196,61 @@ pub struct Pictures {
     pub look: Look,
     /// Seeds the augmentation: sample `row` of epoch `e` is drawn from its own stream.
     pub seed: u64,
+    /// This split's classes none of whose pictures decode, found as its samples are made.
+    pub lost: Arc<LostClasses>,
+}
+
+/// A split's classes none of whose pictures decode (their samples are blank), found as its
+/// samples are made: each label with why, and whether that was said. Shared by the split's
+/// clones (a process's ranks).
+#[derive(Debug, Default)]
+pub struct LostClasses(Mutex<BTreeMap<u32, (String, bool)>>);
+
+impl LostClasses {
+    fn add(&self, label: u32, why: String) {
+        let mut lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lost.entry(label).or_insert((why, false));
+    }
+
+    /// Why the first class lost is (`None`: every class's pictures decode, so far).
+    pub fn first(&self) -> Option<String> {
+        let lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lost.values().next().map(|(why, _)| why.clone())
+    }
+
+    /// The labels of the classes lost so far.
+    pub fn labels(&self) -> Vec<u32> {
+        let lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lost.keys().copied().collect()
+    }
+
+    /// Why each class lost since the last call is (each told once).
+    pub fn unsaid(&self) -> Vec<String> {
+        let mut lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (lost.values_mut())
+            .filter_map(|(why, said)| (!std::mem::replace(said, true)).then(|| why.clone()))
+            .collect()
+    }
 }
 
 impl Pictures {
-    /// Writes sample `i` of this split (as of `epoch`'s augmentation draws) to `out`.
+    /// `rows` of `set` as a split, made samples by `look`, augmented from `seed`.
+    pub fn new(set: Arc<ImageSet>, rows: Vec<u32>, look: Look, seed: u64) -> Pictures {
+        Pictures {
+            set,
+            rows,
+            look,
+            seed,
+            lost: Arc::default(),
+        }
+    }
+
+    /// Writes sample `i` of this split (as of `epoch`'s augmentation draws) to `out`: blank
+    /// where no picture of its class decodes (the class is then [`lost`](Self::lost)).
     pub fn fill(&self, i: usize, epoch: u64, out: &mut [f32]) {
         let row = self.rows[i] as usize;
         match self.set.picture(&self.rows, i) {
-            Some(p) => {
+            Ok(p) => {
                 let mut rng = Rng::stream(
                     self.seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03),
                     tag::AUGMENT,
@@ -221,15 +258,16 @@ impl Pictures {
                 );
                 self.look.render(&p, &mut rng, out);
             }
-            None => out.fill(0.0),
+            Err(why) => {
+                self.lost.add(self.set.labels[row], why);
+                out.fill(0.0);
+            }
         }
     }
 
-    /// The rows `idx` of this split as another view.
+    /// The rows `idx` of this split as another split.
     pub fn subset(&self, idx: &[usize]) -> Pictures {
-        Pictures {
-            rows: idx.iter().map(|&i| self.rows[i]).collect(),
-            ..self.clone()
-        }
+        let rows = idx.iter().map(|&i| self.rows[i]).collect();
+        Pictures::new(self.set.clone(), rows, self.look.clone(), self.seed)
     }
 }

@@ -227,15 +227,7 @@ fn input_size(
 
 fn view(r: &Read, rows: Vec<u32>, look: Look, seed: u64) -> (Pictures, Vec<u32>) {
     let y = rows.iter().map(|&i| r.set.labels()[i as usize]).collect();
-    (
-        Pictures {
-            set: r.set.clone(),
-            rows,
-            look,
-            seed,
-        },
-        y,
-    )
+    (Pictures::new(r.set.clone(), rows, look, seed), y)
 }
 
 pub(super) fn load(

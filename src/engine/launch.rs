@@ -113,6 +113,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             classes: l.train.class_names().to_vec(),
             val: l.val.clone(),
             picture_sets: Dataset::picture_sets(l.train, l.val),
+            train_lost: (l.train.pictures.as_ref()).map(|p| p.lost.clone()),
             coll,
             loader,
             // (rank 0 decides; another process's first rank takes its own controls, a

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::backend::TrainState;
 use crate::config::RunConfig;
 use crate::data::{self, held_out, DataSpec, Dataset};
 use crate::engine::checkpoint::{self, CheckpointError, CheckpointMeta};
@@ -95,43 +96,46 @@ pub fn evaluate(
     // (against what the checkpoint recorded: an older one's outputs are numbers, named by none)
     notes.extend(renamed(&meta.classes, set.class_names()));
     let started = Instant::now();
-    let (tally, device, device_notes) = match on {
-        On::Cpu(asked) => {
-            let threads = threads_for(&model, asked, set.len());
-            let weights = (&state.params[..], &state.buffers[..]);
-            let tally = run(&model, weights, &set, threads, progress);
-            let used = crate::text::counted(threads, "CPU thread");
-            (tally, format!("{used}, fp32"), Vec::new())
-        }
-        On::Gpu { index, flag } => {
-            gpu::run((index, flag), cfg, &model, state, &set, &mut progress)?
-        }
-    };
+    let evaluate_on =
+        |set: &Dataset, state: TrainState, progress: &mut dyn FnMut(usize, usize)| match on {
+            On::Cpu(asked) => {
+                let threads = threads_for(&model, asked, set.len());
+                let weights = (&state.params[..], &state.buffers[..]);
+                let tally = run(&model, weights, set, threads, progress);
+                let used = crate::text::counted(threads, "CPU thread");
+                Ok((tally, format!("{used}, fp32"), Vec::new()))
+            }
+            On::Gpu { index, flag } => gpu::run((index, flag), cfg, &model, state, set, progress),
+        };
+    // (kept for a second pass without a class none of whose pictures decode)
+    let again = set.pictures.is_some().then(|| state.clone());
+    let (mut tally, device, device_notes) = evaluate_on(&set, state, &mut progress)?;
     notes.extend(device_notes);
     // pictures that failed to decode were stood in for by others of their class: said; a class
-    // none of whose pictures decode was evaluated on blank samples, which mean nothing
-    if let Some(p) = &set.pictures {
-        let skipped = p.set.take_failures();
-        if let Some(why) = p.set.unusable() {
-            let more = match skipped.len() {
-                0..=3 => String::new(),
-                n => format!("; and {} more", n - 3),
-            };
-            let named = skipped
-                .iter()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(EngineError::Config(format!(
-                "{why}; its figures would mean nothing ({named}{more})"
-            )));
-        }
+    // none of whose pictures decode was evaluated on blank samples: evaluated again without it
+    if let (Some(p), Some(state)) = (&set.pictures, again) {
         notes.extend(
-            skipped
-                .into_iter()
-                .map(|s| format!("{s}; left out of the figures")),
+            (p.set.take_failures().into_iter()).map(|s| format!("{s}; left out of the figures")),
         );
+        let lost = p.lost.labels();
+        if !lost.is_empty() {
+            let kept: Vec<usize> = (0..set.len())
+                .filter(|&i| !lost.contains(&set.y[i]))
+                .collect();
+            let whys = p.lost.unsaid().join("; ");
+            if kept.is_empty() {
+                return Err(EngineError::Config(format!(
+                    "no class of the set has a picture that decodes ({whys}); repair or replace them"
+                )));
+            }
+            let left_out = set.len() - kept.len();
+            notes.push(format!(
+                "{whys}; its {} {} left out of the figures (the accuracy is over the other classes only); repair or replace them",
+                crate::text::counted(left_out, "sample"),
+                if left_out == 1 { "is" } else { "are" }
+            ));
+            tally = evaluate_on(&set.subset(&kept), state, &mut progress)?.0;
+        }
     }
     // (as training stops where its loss is not finite: no figure of such outputs means anything)
     if tally.not_finite > 0 {

@@ -63,9 +63,11 @@ pub(super) struct Worker {
     /// The training set's class names, output by output (empty where its labels are numbers).
     pub classes: Vec<String>,
     pub val: Arc<Dataset>,
-    /// This process's picture sets: every rank stops at a class none of whose files decode,
-    /// and rank 0 tells of the files that did not.
+    /// This process's picture sets: rank 0 tells of the files that did not decode.
     pub picture_sets: Vec<Arc<crate::data::ImageSet>>,
+    /// The training split's classes none of whose pictures decode (a picture set's): every
+    /// rank stops at one (it would train on blank samples).
+    pub train_lost: Option<Arc<crate::data::LostClasses>>,
     pub coll: Box<dyn Collective>,
     pub loader: RankLoader,
     pub decider: Option<Decider>,

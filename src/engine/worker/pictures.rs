@@ -1,21 +1,36 @@
-//! A run's picture sets as its ranks read them: the files that failed to decode said, and a
-//! class none of whose pictures decode an error.
+//! A run's picture sets as its ranks read them: the files that failed to decode said, a
+//! training class none of whose pictures decode an error, and a validation class's left out
+//! of the figures.
 
 use super::Worker;
 use crate::engine::events::Event;
 use crate::engine::EngineError;
 
 impl Worker {
-    /// An error where a class of a picture set has no picture that decodes (its samples would
-    /// be blank), after saying the files that failed.
+    /// An error where a class of the training split has no picture that decodes (its samples
+    /// would be blank), after saying the files that failed.
     pub(super) fn pictures_usable(&self) -> Result<(), EngineError> {
-        let Some(why) = self.picture_sets.iter().find_map(|s| s.unusable()) else {
+        let Some(why) = self.train_lost.as_ref().and_then(|l| l.first()) else {
             return Ok(());
         };
         self.say_skipped_pictures();
         let spec = self.cfg.data.to_string();
-        let msg = why.to_string();
+        let msg =
+            format!("{why}; repair or replace them, or move the class's folder out of the data");
         Err(crate::data::DataError::Spec { spec, msg }.into())
+    }
+
+    /// The validation classes none of whose pictures decode (their samples are left out of
+    /// the figures), each told once as a warning by the process's first rank.
+    pub(super) fn say_lost_validation_classes(&self) {
+        let Some(p) = (self.val.pictures.as_ref()).filter(|_| self.rank == self.local.start) else {
+            return;
+        };
+        for why in p.lost.unsaid() {
+            let message = format!("{why}; validation leaves the class out (its loss and accuracy are over the other classes) until they are repaired or replaced");
+            let step = self.step;
+            let _ = self.events.send(Event::Warning { step, message });
+        }
     }
 
     /// Picture files that failed to decode since the last look, one event each, told by the

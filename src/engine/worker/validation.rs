@@ -48,19 +48,39 @@ impl Worker {
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
-        let (loss, correct) = match replica.evaluate_held(lo, hi) {
+        let (mut loss, mut correct) = match replica.evaluate_held(lo, hi) {
             Some(r) => r,
             None => self.evaluate(replica, lo, hi),
         };
-        // (pictures that failed to decode are said now: the run may end with this validation;
-        // a class none of whose pictures decode was validated on blank samples)
-        self.say_skipped_pictures();
-        self.pictures_usable()?;
-        let mut sums = vec![loss as f32, correct as f32];
+        // a class none of whose pictures decode was validated on blank samples: left out (a
+        // rank finds the classes of its own samples, so the ranks leave out the same ones)
+        let lost = (self.val.pictures.as_ref()).map_or(Vec::new(), |p| p.lost.labels());
+        let mut counted = hi - lo;
+        if !lost.is_empty() {
+            let kept: Vec<u32> = (lo as u32..hi as u32)
+                .filter(|&i| !lost.contains(&self.val.y[i as usize]))
+                .collect();
+            (loss, correct) = self.evaluate_rows(replica, &kept);
+            counted = kept.len();
+        }
+        let mut sums = vec![loss as f32, correct as f32, counted as f32];
         self.coll.all_reduce_sum(&mut sums)?;
         // (back between steps: a stall from here on is one)
         (self.beats).beat(self.rank, self.step, Phase::Update);
-        Ok((Some(sums[0] / n as f32), Some(sums[1] / n as f32)))
+        // (pictures that failed to decode are said now, every rank of the process past them:
+        // the run may end with this validation)
+        self.say_skipped_pictures();
+        self.say_lost_validation_classes();
+        if sums[2] == 0.0 {
+            let why = (self.val.pictures.as_ref()).and_then(|p| p.lost.first());
+            let msg = format!(
+                "no validation class has a picture that decodes ({}); repair or replace them, or validate on other data (--val-data, --val-split)",
+                why.unwrap_or_default()
+            );
+            let spec = self.cfg.data.to_string();
+            return Err(crate::data::DataError::Spec { spec, msg }.into());
+        }
+        Ok((Some(sums[0] / sums[2]), Some(sums[1] / sums[2])))
     }
 
     /// Validation samples `lo..hi` (summed loss, correct): a picture set's are made a chunk
@@ -75,6 +95,19 @@ impl Worker {
             let b = (a + chunk).min(hi);
             let x = self.val.rows(a, b, &mut buf);
             let (l, c) = replica.evaluate(x, &self.val.y[a..b], b - a);
+            loss += l;
+            correct += c;
+        }
+        (loss, correct)
+    }
+
+    /// Validation samples `rows` (summed loss, correct), a chunk at a time.
+    fn evaluate_rows(&self, replica: &mut dyn Replica, rows: &[u32]) -> (f64, usize) {
+        let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
+        for part in rows.chunks(256) {
+            self.val.gather(part, 0, &mut buf);
+            let y: Vec<u32> = part.iter().map(|&i| self.val.y[i as usize]).collect();
+            let (l, c) = replica.evaluate(&buf, &y, part.len());
             loss += l;
             correct += c;
         }
