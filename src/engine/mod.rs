@@ -158,10 +158,7 @@ impl Engine {
         let cfg = places.settle(cfg, run_dir, resumed.as_ref());
         // before any worker starts (and before the frontend opens its outputs), so that a bad
         // or busy --checkpoint-dir fails at once; runs that never checkpoint take none
-        let lock = places
-            .checkpoints
-            .then(|| checkpoint::lock(&cfg.checkpoint_dir).map(|l| (l, cfg.checkpoint_dir.clone())))
-            .transpose()?;
+        let lock = places.lock(&cfg, resumed.as_ref())?;
         let data = RunData {
             train: Arc::new(loaded.train),
             val: Arc::new(loaded.val),

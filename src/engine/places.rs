@@ -67,6 +67,40 @@ pub(crate) fn tidy_absolute(path: &std::path::Path) -> PathBuf {
 }
 
 impl Places {
+    /// The checkpoint directory's lock, for a run that checkpoints (`cfg` settled), with
+    /// `check`'s refusal of others' checkpoints made again under it: a run started at the same
+    /// moment may have taken the lock, written there and let go since `check` looked. A run
+    /// directory whose checkpoints another run holds is that run's (started at the same
+    /// moment, with the same `--run-dir`).
+    pub(super) fn lock(
+        &self,
+        cfg: &RunConfig,
+        resumed: Option<&CheckpointMeta>,
+    ) -> Result<Option<(checkpoint::DirLock, PathBuf)>, EngineError> {
+        if !self.checkpoints {
+            return Ok(None);
+        }
+        let dir = &cfg.checkpoint_dir;
+        let lock = match (checkpoint::lock(dir), &cfg.run_dir) {
+            (Err(checkpoint::CheckpointError::Locked { pid, .. }), Some(run))
+                if self.in_run_dir =>
+            {
+                let by = pid.map_or(String::new(), |p| format!(" (pid {p})"));
+                return Err(EngineError::Config(format!(
+                    "run directory {} holds a run that is running now{by}, started as this one was: pick a new --run-dir (watch that one with: mgtop-train attach {})",
+                    run.display(),
+                    run.display()
+                )));
+            }
+            (lock, _) => lock?,
+        };
+        // (a fresh numbered directory held nothing, and no other run takes it)
+        if !(cfg.link_latest && self.in_run_dir) {
+            checkpoint::refuse_others(dir, resumed)?;
+        }
+        Ok(Some((lock, dir.clone())))
+    }
+
     /// `cfg` with the run directory made (`run_dir`, absolute), the checkpoint directory
     /// following it or made absolute (the metrics file's checkpoint events lead `--resume
     /// RUN_DIR` to them), and the line of runs its checkpoints continue, with the `--init` file

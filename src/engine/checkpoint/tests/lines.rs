@@ -104,3 +104,32 @@ fn the_best_checkpoint_is_replaced_whole_and_counts_as_its_line_s() {
     assert!(e.to_string().contains("past step 6"), "{e}");
     assert!(refuse_others(dir.path(), Some(&resumed(8))).is_ok());
 }
+
+/// Two runs started together into one `--checkpoint-dir`: one may check the directory, the
+/// other take its lock, write there and let go, and then the first take the lock. The check is
+/// made again under the lock, so the first is refused (it replaced the other's checkpoint).
+#[test]
+fn checkpoints_written_between_the_check_and_the_lock_are_found_under_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let cfg = crate::config::RunConfig {
+        checkpoint_dir: ck.clone(),
+        final_checkpoint: true,
+        ..Default::default()
+    };
+    let places = crate::engine::places::check(&cfg, true, None).unwrap();
+    let (model, state, meta) = sample();
+    let other = CheckpointMeta {
+        step: 50,
+        run_dir: Some("/runs/other".into()),
+        origin: Some("/runs/other".into()),
+        ..meta
+    };
+    write(&ck, &model, &state, &other).unwrap();
+    let e = places.lock(&cfg, None).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("holds checkpoints of another run"), "{e}");
+    assert!(e.contains("/runs/other: step 50, continue it"), "{e}");
+    // the directory free of others: locked
+    std::fs::remove_dir_all(ck.join("step-00000050")).unwrap();
+    assert!(places.lock(&cfg, None).unwrap().is_some());
+}
