@@ -1,6 +1,7 @@
 //! A decoded image as 8-bit RGB rows (height x width x 3), and how a region of it becomes a
 //! sample: resampled to the model's input size with PIL's antialiased bilinear filter (the
-//! triangle stretched by the downscale factor, separable, edges replicated), mirrored if asked,
+//! triangle stretched by the downscale factor, separable; at an edge the weights past it are
+//! dropped and the rest scaled to sum to 1, as PIL does), mirrored if asked,
 //! normalised per channel and written as channel planes (CHW floats).
 
 use crate::nn::simd::twice;
@@ -134,8 +135,8 @@ impl Sink for Bytes<'_> {
 }
 
 /// The source pixels and weights of each output pixel along one axis: output `o` reads the
-/// `n` pixels from `first[o]`, all inside the picture (weights that fell past an edge are
-/// folded onto the edge pixel, which is edge replication).
+/// `n` pixels from `first[o]`, all inside the picture (PIL's taps, those past an edge left
+/// out, and zeros where fewer than `n`).
 struct Taps {
     n: usize,
     first: Vec<usize>,
@@ -145,26 +146,29 @@ struct Taps {
 impl Taps {
     /// `out` pixels from the span `start .. start + len` of an axis `src` pixels long.
     fn new(start: f32, len: f32, out: usize, src: usize) -> Taps {
-        let scale = len / out as f32;
+        let scale = f64::from(len) / out as f64;
         let support = scale.max(1.0);
+        // (PIL's taps of an output are at most ceil(2 x support) pixels)
         let n = ((2.0 * support).ceil() as usize + 1).min(src);
         let (mut first, mut w) = (Vec::with_capacity(out), vec![0f32; out * n]);
         for o in 0..out {
-            let centre = start + (o as f32 + 0.5) * scale;
-            let lo = (centre - support).floor() as i64;
-            // the window of n pixels inside the picture nearest the filter's
-            let f = lo.clamp(0, (src - n) as i64);
+            let centre = f64::from(start) + (o as f64 + 0.5) * scale;
+            // PIL's: the pixels whose centres the filter reaches, inside the picture (`as`
+            // truncates toward 0, as C's cast PIL takes does)
+            let lo = ((centre - support + 0.5) as i64).max(0);
+            let hi = ((centre + support + 0.5) as i64).min(src as i64);
+            // the window of n pixels inside the picture from them
+            let f = lo.min((src - n) as i64);
             let ws = &mut w[o * n..(o + 1) * n];
             let mut sum = 0.0;
-            for k in 0..=(2.0 * support).ceil() as i64 {
-                let s = lo + k;
-                let wt = (1.0 - ((s as f32 + 0.5 - centre) / support).abs()).max(0.0);
-                let at = s.clamp(0, src as i64 - 1).clamp(f, f + n as i64 - 1) - f;
-                ws[at as usize] += wt;
+            for s in lo..hi {
+                let wt = (1.0 - ((s as f64 + 0.5 - centre) / support).abs()).max(0.0);
+                ws[(s - f) as usize] = wt as f32;
                 sum += wt;
             }
             if sum > 0.0 {
-                ws.iter_mut().for_each(|v| *v /= sum);
+                ws.iter_mut()
+                    .for_each(|v| *v = (f64::from(*v) / sum) as f32);
             }
             first.push(f as usize);
         }

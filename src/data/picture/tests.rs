@@ -58,7 +58,7 @@ fn normalisation_is_per_channel() {
 #[test]
 fn halving_averages_pixel_pairs_and_keeps_flat_colour() {
     // a ramp 0,10,20,.. halved: the antialiased filter averages neighbours (PIL gives
-    // 5, 25, ... in the interior; the edge pixel sees the replicated edge)
+    // 5, 25, ... in the interior; the edge pixel's filter leaves out what is past the edge)
     let p = ramp(8, 2);
     let small = p.shorter_side(1);
     assert_eq!((small.w, small.h), (4, 1));
@@ -166,4 +166,59 @@ fn resizing_and_centre_crops_round_as_torchvision_does() {
     assert_eq!(Region::centre(93.0, 72.0, 72, 72).x, 10.0);
     assert_eq!(Region::centre(95.0, 72.0, 72, 72).x, 12.0);
     assert_eq!(Region::centre(94.0, 72.0, 72, 72).x, 11.0);
+}
+
+/// Against PIL's `Image.resize(size, BILINEAR, box)` of a picture of noise (the worst case for
+/// its edges): shrinking, enlarging and a box inside it, within one level of 255
+/// (`scripts/pil_bilinear_fixture.py` made the fixture).
+#[test]
+fn resampling_matches_pil_bilinear_to_one_level_edges_included() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../../../tests/fixtures/pil_bilinear.json")).unwrap();
+    let (w, h) = (23, 17);
+    assert_eq!(
+        (fixture["w"].as_u64(), fixture["h"].as_u64()),
+        (Some(w), Some(h))
+    );
+    let mut s: u64 = 1;
+    let rgb = (0..w * h * 3)
+        .map(|_| {
+            s = (s * 1_103_515_245 + 12_345) % (1 << 31);
+            (s >> 16) as u8
+        })
+        .collect();
+    let p = Picture {
+        w: w as usize,
+        h: h as usize,
+        rgb,
+    };
+    for case in fixture["cases"].as_array().unwrap() {
+        let (ow, oh) = (
+            case["w"].as_u64().unwrap() as usize,
+            case["h"].as_u64().unwrap() as usize,
+        );
+        let b: Vec<f32> = (case["box"].as_array().unwrap().iter())
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let region = Region {
+            x: b[0],
+            y: b[1],
+            w: b[2] - b[0],
+            h: b[3] - b[1],
+        };
+        let mut out = vec![0.0; 3 * ow * oh];
+        p.render(region, ow, oh, false, &RAW, &mut out);
+        let pil = case["rgb"].as_array().unwrap();
+        for (i, want) in pil.iter().enumerate() {
+            let (pixel, c) = (i / 3, i % 3);
+            let got = out[c * ow * oh + pixel];
+            let want = want.as_f64().unwrap() as f32;
+            assert!(
+                (got - want).abs() <= 1.0,
+                "{ow}x{oh} from {b:?}: pixel ({}, {}) channel {c}: {got} where PIL gives {want}",
+                pixel % ow,
+                pixel / ow
+            );
+        }
+    }
 }
