@@ -147,8 +147,9 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             let notes = folder::notes(&f, false);
             let what = format!("images {}", f.dir.display());
             // (read once: nothing is kept; scaled as the run's own validation pictures were)
+            let files = (f.files, f.sizes.clone());
             let set =
-                ImageSet::files(f.files, f.labels, kept_side(r.opts), false).named(names.clone());
+                ImageSet::files(files, f.labels, kept_side(r.opts), false).named(names.clone());
             (set, what, f.sizes, notes)
         }
         _ => unreachable!("pictures"),

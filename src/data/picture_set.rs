@@ -17,6 +17,9 @@ use crate::nn::rng::{tag, Rng};
 pub struct ImageSet {
     /// Where each picture is read from (empty: every picture was given in memory).
     files: Vec<PathBuf>,
+    /// Each file's width and height as its header gave them when the set was read: a picture
+    /// decoded at another size was replaced since (the run's input size was checked on these).
+    sizes: Vec<(usize, usize)>,
     pictures: Vec<OnceLock<Arc<Picture>>>,
     labels: Vec<u32>,
     /// Decoded files larger than this shorter side are scaled down to it before they are kept.
@@ -36,6 +39,7 @@ impl ImageSet {
         let n = pictures.len();
         ImageSet {
             files: Vec::new(),
+            sizes: Vec::new(),
             pictures: pictures
                 .into_iter()
                 .map(|p| OnceLock::from(Arc::new(p)))
@@ -50,8 +54,9 @@ impl ImageSet {
         }
     }
 
+    /// Pictures decoded from `files` of the `sizes` their headers give, as they are needed.
     pub fn files(
-        files: Vec<PathBuf>,
+        (files, sizes): (Vec<PathBuf>, Vec<(usize, usize)>),
         labels: Vec<u32>,
         side: Option<usize>,
         keep: bool,
@@ -59,6 +64,7 @@ impl ImageSet {
         let n = files.len();
         ImageSet {
             files,
+            sizes,
             pictures: (0..n).map(|_| OnceLock::new()).collect(),
             labels,
             side,
@@ -126,6 +132,12 @@ impl ImageSet {
         }
         let path = &self.files[i];
         let mut p = decode::decode(path)?;
+        if let Some(&(w, h)) = self.sizes.get(i).filter(|&&s| s != (p.w, p.h)) {
+            return Err(format!(
+                "it is {}x{} now, {w}x{h} when the run read the folder (replaced while the run went on?)",
+                p.w, p.h
+            ));
+        }
         if let Some(side) = self.side.filter(|&s| p.w.min(p.h) > s) {
             p = p.shorter_side(side);
         }
@@ -269,5 +281,52 @@ impl Pictures {
     pub fn subset(&self, idx: &[usize]) -> Pictures {
         let rows = idx.iter().map(|&i| self.rows[i]).collect();
         Pictures::new(self.set.clone(), rows, self.look.clone(), self.seed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::picture::Norm;
+
+    /// A picture replaced while the run went on by one of another size is not made into a
+    /// sample (it was cropped or padded with black, unsaid): it is told, and another of its
+    /// class stands in for it, as for a file that no longer decodes.
+    #[test]
+    fn a_picture_replaced_by_one_of_another_size_is_told_and_stood_in_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = |name: &str, w: u32, h: u32, v: u8| {
+            let path = dir.path().join(name);
+            image::RgbImage::from_pixel(w, h, image::Rgb([v, v, v]))
+                .save(&path)
+                .unwrap();
+            path
+        };
+        let files = vec![png("a.png", 4, 4, 10), png("b.png", 4, 4, 200)];
+        let set = ImageSet::files((files, vec![(4, 4); 2]), vec![0, 0], None, false);
+        let look = Look {
+            w: 4,
+            h: 4,
+            norm: Norm {
+                mean: [0.0; 3],
+                std: [1.0 / 255.0; 3],
+            },
+            augment: None,
+            side: None,
+        };
+        let split = Pictures::new(Arc::new(set), vec![0, 1], look, 0);
+        let mut out = vec![0.0; 3 * 4 * 4];
+        split.fill(0, 0, &mut out);
+        assert!(out.iter().all(|&v| v == 10.0), "{out:?}");
+        png("a.png", 2, 8, 10);
+        split.fill(0, 0, &mut out);
+        assert!(out.iter().all(|&v| v == 200.0), "b stands in: {out:?}");
+        let told = split.set.take_failures();
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(
+            told[0].contains("a.png: it is 2x8 now, 4x4 when the run read"),
+            "{told:?}"
+        );
+        assert!(split.lost.first().is_none());
     }
 }

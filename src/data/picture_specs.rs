@@ -70,8 +70,11 @@ fn from_folder(f: Folder, side: Option<usize>) -> Read {
         folder: std::fs::canonicalize(&f.dir).ok(),
         classes: f.classes.len(),
         names: f.classes.clone(),
+        set: Arc::new(
+            ImageSet::files((f.files, f.sizes.clone()), f.labels, side, keep)
+                .named(f.classes.clone()),
+        ),
         sizes: f.sizes,
-        set: Arc::new(ImageSet::files(f.files, f.labels, side, keep).named(f.classes.clone())),
         what,
         notes,
     }
