@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::folder::splits::Role;
 use super::image_shape::shape_text;
 use super::picture_set::{ImageSet, Pictures};
 use super::picture_specs::{folder_halves, kept_side, normalisation, spec_err, stored_side};
@@ -66,8 +67,8 @@ pub fn is_training_data(spec: &DataSpec, run: &DataSpec) -> bool {
     let same = |a: &Path, b: &Path| crate::files::same_path(a, b) || same_bytes(a, b);
     match (spec, run) {
         (DataSpec::Images { dir }, DataSpec::Images { dir: trained }) => {
-            let read = folder_halves(spec, dir).map(|(whole, val)| val.unwrap_or(whole));
-            let train = folder_halves(run, trained).map(|(train, _)| train);
+            let read = folder_halves(spec, dir, Role::Evaluated).map(|(all, v)| v.unwrap_or(all));
+            let train = folder_halves(run, trained, Role::Training).map(|(train, _)| train);
             matches!((read, train), (Ok(r), Ok(t)) if same(&r, &t))
         }
         (DataSpec::Csv { path, .. }, DataSpec::Csv { path: trained, .. }) => same(path, trained),
@@ -141,7 +142,7 @@ fn load_pictures(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
             (set, what, vec![(32, 32); n], Vec::new())
         }
         DataSpec::Images { dir } => {
-            let (whole, val) = folder_halves(spec, dir)?;
+            let (whole, val) = folder_halves(spec, dir, Role::Evaluated)?;
             let f = folder::scan(val.as_deref().unwrap_or(&whole), Some(&names))
                 .map_err(|m| spec_err(spec, m))?;
             let notes = folder::notes(&f, false);

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::cifar::{self, Kind};
+use super::folder::splits::Role;
 use super::folder::{self, Folder};
 use super::host_memory;
 use super::picture_set::{ImageSet, Pictures};
@@ -98,7 +99,7 @@ fn read_spec(
             Ok((train, Some(test)))
         }
         DataSpec::Images { dir } => {
-            let (train_dir, val_dir) = folder_halves(spec, dir)?;
+            let (train_dir, val_dir) = folder_halves(spec, dir, Role::Training)?;
             let train = folder::scan(&train_dir, known).map_err(|m| spec_err(spec, m))?;
             // (--val-split 0: its val/ is neither read nor checked)
             let (val_dir, unused) = match opts.val_fraction == Some(0.0) {
@@ -133,7 +134,7 @@ fn read_val_spec(
 ) -> Result<Read, DataError> {
     match spec {
         DataSpec::Images { dir } => {
-            let (whole, val_dir) = folder_halves(spec, dir)?;
+            let (whole, val_dir) = folder_halves(spec, dir, Role::Validation)?;
             let val = folder::scan(val_dir.as_deref().unwrap_or(&whole), Some(known))
                 .map_err(|m| spec_err(spec, m))?;
             Ok(from_folder(val, side))
@@ -189,8 +190,9 @@ fn cifar_reads(c: cifar::Cifar, kind: Kind) -> (Read, Read) {
 pub(super) fn folder_halves(
     spec: &DataSpec,
     dir: &Path,
+    role: Role,
 ) -> Result<(PathBuf, Option<PathBuf>), DataError> {
-    folder::splits::halves(dir).map_err(|m| spec_err(spec, m))
+    folder::splits::halves(dir, role).map_err(|m| spec_err(spec, m))
 }
 
 /// The input size every picture is brought to: `--image-size`, or the pictures' own when they

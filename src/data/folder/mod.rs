@@ -252,7 +252,7 @@ fn unknown_classes(subs: &[PathBuf], classes: &[String]) -> Result<(), String> {
         _ => ("class folders", "are not classes"),
     };
     Err(format!(
-        "{what} {} {is} of the training set ({}){}; the validation folder's classes must be the training set's",
+        "{what} {} {is} of the training set ({}){}; a folder validated or evaluated on may hold only the training set's classes",
         named.join(", "),
         known.join(", "),
         case.unwrap_or_default()

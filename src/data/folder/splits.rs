@@ -12,6 +12,28 @@ const TEST_FOLDERS: [&str; 2] = ["test", "testing"];
 /// What a folder of pictures' training folder may be called.
 const TRAIN_FOLDERS: [&str; 2] = ["train", "training"];
 
+/// What a folder of pictures is read for: a refusal's fix names the flag that reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Training's `--data` (its `val/` too).
+    Training,
+    /// Training's `--val-data`.
+    Validation,
+    /// `eval --data`.
+    Evaluated,
+}
+
+impl Role {
+    /// How to take `folder` as the set this role reads.
+    fn take(self, folder: &str) -> String {
+        match self {
+            Role::Training => format!("give images:{folder}"),
+            Role::Validation => format!("give --val-data images:{folder}"),
+            Role::Evaluated => format!("give --data images:{folder}"),
+        }
+    }
+}
+
 /// The sub-folders of `dir`, sorted.
 fn folders(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
@@ -40,23 +62,29 @@ fn holds_classes(dir: &Path) -> bool {
 /// pictures would be learnt as "train" against "test", their own classes one level down, or a
 /// validation set as a class "val" beside the real ones. A `train` folder of pictures is a class
 /// of that name (CIFAR-100 has one), not a split.
-fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
+fn split_folders_as_classes(dir: &Path, role: Role) -> Result<(), String> {
     let names = folders(dir);
     let split = |these: &[&str]| named(&names, these).filter(|n| holds_classes(&dir.join(n)));
     let d = dir.display();
     let held = [&VAL_FOLDERS[..], &TEST_FOLDERS[..]].concat();
     let Some(train) = split(&TRAIN_FOLDERS) else {
-        return match split(&held) {
-            Some(v) => Err(format!(
-                "{d}/{v} holds class folders of its own, so it would be learnt as a class named {v} beside the others ({}): move the training class folders into {d}/train, beside {d}/{v}{}",
-                names.join(", "),
+        let Some(v) = split(&held) else {
+            return Ok(());
+        };
+        let listed = names.join(", ");
+        return Err(match role {
+            Role::Training => format!(
+                "{d}/{v} holds class folders of its own, so it would be learnt as a class named {v} beside the others ({listed}): move the training class folders into {d}/train, beside {d}/{v}{}",
                 match named(&names, &TEST_FOLDERS) == Some(v) {
                     true => format!(", and give images:{d}/train --val-data images:{d}/{v}"),
                     false => String::new(),
                 }
-            )),
-            None => Ok(()),
-        };
+            ),
+            _ => format!(
+                "{d}/{v} holds class folders of its own, so it would be taken as a class named {v} beside the others ({listed}): {} to take its pictures, or move it out of {d}",
+                role.take(&format!("{d}/{v}"))
+            ),
+        });
     };
     // (a val that is no folder: said as such, not as missing)
     let not_folder = (VAL_FOLDERS.iter()).find(|v| dir.join(v).exists() && !dir.join(v).is_dir());
@@ -66,9 +94,11 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
         ));
     }
     let held_out = named(&names, &TEST_FOLDERS);
-    let fix = match held_out {
-        Some(t) => format!("give images:{d}/{train} --val-data images:{d}/{t}"),
-        None => format!("give images:{d}/{train} (validation cut from it by --val-split), or put the validation pictures in {d}/val"),
+    let fix = match (held_out, role) {
+        (Some(t), Role::Training) => format!("give images:{d}/{train} --val-data images:{d}/{t}"),
+        (None, Role::Training) => format!("give images:{d}/{train} (validation cut from it by --val-split), or put the validation pictures in {d}/val"),
+        (Some(t), _) => role.take(&format!("{d}/{t}")),
+        (None, _) => format!("{} of class folders (not its {train}/)", role.take("FOLDER")),
     };
     Err(format!(
         "{d} holds a {train}/ folder of class folders but no val/ (nor valid/, validation/) beside a train/, so its folders would be taken as the classes ({}): {fix}",
@@ -79,13 +109,63 @@ fn split_folders_as_classes(dir: &Path) -> Result<(), String> {
 /// The folder of training pictures of `dir`, and its validation folder: its `train/` and
 /// `val/` (or `valid/`, `validation/`, in any case) where it has both, else itself alone (a
 /// split's folders taken for classes refused).
-pub(in crate::data) fn halves(dir: &Path) -> Result<(PathBuf, Option<PathBuf>), String> {
+pub(in crate::data) fn halves(
+    dir: &Path,
+    role: Role,
+) -> Result<(PathBuf, Option<PathBuf>), String> {
     let names = folders(dir);
     match (named(&names, &TRAIN_FOLDERS), named(&names, &VAL_FOLDERS)) {
         (Some(t), Some(v)) => Ok((dir.join(t), Some(dir.join(v)))),
         _ => {
-            split_folders_as_classes(dir)?;
+            split_folders_as_classes(dir, role)?;
             Ok((dir.to_path_buf(), None))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal's fix names the flag that reads the folder: `eval`'s `--data`, training's
+    /// `--val-data` (not training's `--data ... --val-data`).
+    #[test]
+    fn a_split_folder_refused_is_fixed_with_the_flag_that_reads_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        for f in ["train/ant", "test/ant"] {
+            std::fs::create_dir_all(dir.join(f)).unwrap();
+        }
+        let d = dir.display();
+        let said = |role| halves(dir, role).unwrap_err();
+        let e = said(Role::Training);
+        assert!(
+            e.ends_with(&format!("give images:{d}/train --val-data images:{d}/test")),
+            "{e}"
+        );
+        let e = said(Role::Validation);
+        assert!(
+            e.ends_with(&format!(": give --val-data images:{d}/test")),
+            "{e}"
+        );
+        let e = said(Role::Evaluated);
+        assert!(
+            e.ends_with(&format!(": give --data images:{d}/test")),
+            "{e}"
+        );
+        // class folders beside a test/ of class folders
+        std::fs::rename(dir.join("train/ant"), dir.join("ant")).unwrap();
+        std::fs::remove_dir(dir.join("train")).unwrap();
+        let e = said(Role::Evaluated);
+        assert!(
+            e.contains("taken as a class named test beside the others (ant, test)")
+                && e.contains(&format!("give --data images:{d}/test to take its pictures")),
+            "{e}"
+        );
+        let e = said(Role::Training);
+        assert!(
+            e.contains(&format!("move the training class folders into {d}/train")),
+            "{e}"
+        );
     }
 }
