@@ -74,11 +74,32 @@ fn decoder(read: impl BufRead + Seek + 'static) -> Result<impl ImageDecoder, Str
     reader.limits(limits());
     let decoder = reader.into_decoder().map_err(|e| match e {
         ImageError::Limits(_) => too_large_a_side(),
-        e => format!("not a readable JPEG or PNG: {}", e.to_string().trim_end()),
+        e => format!("not a readable JPEG or PNG: {}", plain(&e)),
     })?;
     let (w, h) = decoder.dimensions();
     declared(w, h)?;
     Ok(decoder)
+}
+
+/// A decoder's error as words: the PNG decoder's debug form of a chunk's type
+/// (`ChunkType { type: IDAT, critical: true, ... }`) as its name, the trailing space and
+/// full stop dropped.
+fn plain(e: &ImageError) -> String {
+    let mut said = e.to_string();
+    const CHUNK: &str = "ChunkType { type: ";
+    while let Some(at) = said.find(CHUNK) {
+        let rest = &said[at + CHUNK.len()..];
+        let (Some(name_end), Some(end)) = (rest.find(','), rest.find('}')) else {
+            break;
+        };
+        said = format!(
+            "{}{}{}",
+            &said[..at],
+            &rest[..name_end.min(end)],
+            &rest[end + 1..]
+        );
+    }
+    said.trim_end().trim_end_matches(['.', ';']).to_string()
 }
 
 /// Decodes a whole file to 8-bit RGB, upright.
@@ -111,8 +132,8 @@ pub fn decode(path: &Path) -> Result<Picture, String> {
     let orientation = d
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(d)
-        .map_err(|e| format!("cannot be decoded: {}", e.to_string().trim_end()))?;
+    let mut img =
+        DynamicImage::from_decoder(d).map_err(|e| format!("cannot be decoded: {}", plain(&e)))?;
     img.apply_orientation(orientation);
     let rgb = img.into_rgb8();
     let (w, h) = (rgb.width() as usize, rgb.height() as usize);
@@ -267,5 +288,28 @@ mod tests {
             let e = decode(&f).unwrap_err();
             assert!(e.contains("the JPEG is cut short"), "{cut}: {e}");
         }
+    }
+
+    /// A PNG whose image data fails its checksum is said in words, not the decoder's debug
+    /// form of the chunk's type.
+    #[test]
+    fn a_png_s_damaged_chunk_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = image::RgbImage::from_fn(8, 8, |x, y| image::Rgb([x as u8 * 30, y as u8, 7]));
+        let mut png = Cursor::new(Vec::new());
+        img.write_to(&mut png, image::ImageFormat::Png).unwrap();
+        let mut png = png.into_inner();
+        let idat = png.windows(4).position(|w| w == b"IDAT").unwrap();
+        let len: [u8; 4] = png[idat - 4..idat].try_into().unwrap();
+        // (its checksum, after the type and the data)
+        png[idat + 4 + u32::from_be_bytes(len) as usize] ^= 0x55;
+        let f = dir.path().join("p.png");
+        std::fs::write(&f, &png).unwrap();
+        let e = decode(&f).unwrap_err();
+        assert!(e.contains("CRC error") && e.contains("IDAT"), "{e}");
+        assert!(
+            !e.contains("ChunkType {") && !e.contains("critical:"),
+            "{e}"
+        );
     }
 }
