@@ -270,9 +270,9 @@ fn inputs_change(meta: &CheckpointMeta, cfg: &RunConfig) -> Option<String> {
     if values(theirs).is_some() && values(theirs) == values(ours) {
         return None;
     }
+    let (was, is) = weights::inputs_apart(theirs, ours);
     Some(format!(
-        "; the checkpoint's weights learned on inputs {}, this run's are {ours}: {}",
-        crate::text::excerpt(theirs),
+        "; the checkpoint's weights learned on inputs {was}, this run's are {is}: {}",
         weights::how_apart(theirs, ours)
     ))
 }

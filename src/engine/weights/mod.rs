@@ -24,7 +24,7 @@ mod names;
 mod trained_for;
 pub use export::{export, export_target};
 pub use exported::Exported;
-pub use trained_for::{against_run, how_apart};
+pub use trained_for::{against_run, how_apart, inputs_apart};
 
 /// Prefixes a saved model's names may carry (DistributedDataParallel's `module.`, Lightning's
 /// `model.`), tried when the names do not match as they are.

@@ -76,6 +76,56 @@ pub fn not_this_model(path: &Path, model: &Model) -> String {
     }
 }
 
+/// Inputs prepared as `theirs` and as `ours` say (each as `InputRecipe` words them), each as
+/// an excerpt of the parts where they differ: the parts both begin or end with left out as `…`
+/// (a long recipe's difference, the picture's size, was cut off past the excerpt's length).
+pub fn inputs_apart(theirs: &str, ours: &str) -> (String, String) {
+    // (parts are split at the commas outside brackets: a normalisation's lists stay whole)
+    let parts = |s: &str| -> Vec<String> {
+        let (mut out, mut part, mut depth) = (Vec::new(), String::new(), 0i32);
+        for c in s.chars() {
+            match c {
+                '[' | '(' => depth += 1,
+                ']' | ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.push(std::mem::take(&mut part).trim().to_string());
+                    continue;
+                }
+                _ => {}
+            }
+            part.push(c);
+        }
+        out.push(part.trim().to_string());
+        out
+    };
+    let (a, b) = (parts(theirs), parts(ours));
+    let first = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let room = a.len().min(b.len()) - first;
+    let last = (a.iter().rev().zip(b.iter().rev()))
+        .take(room)
+        .take_while(|(x, y)| x == y)
+        .count();
+    // (a part one has more: said after the part before it, where the other would have it)
+    let first = match a.len().min(b.len()) == first + last {
+        true => first.saturating_sub(1),
+        false => first,
+    };
+    let said = |p: &[String]| {
+        let mut middle: Vec<&str> = p[first..p.len() - last]
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if first > 0 {
+            middle.insert(0, "…");
+        }
+        if last > 0 {
+            middle.push("…");
+        }
+        crate::text::excerpt(&middle.join(", "))
+    };
+    (said(&a), said(&b))
+}
+
 /// How inputs prepared as `theirs` says differ from `ours` (each as `InputRecipe` words them):
 /// pictures normalised alike, only sized or cropped otherwise, hold the same values.
 pub fn how_apart(theirs: &str, ours: &str) -> &'static str {
@@ -112,9 +162,9 @@ pub fn against_run(path: &Path, model: &Model, ours: &[String], inputs: &str) ->
         let data = (theirs.data.as_deref()).map_or(String::new(), |d| {
             format!(", from --data {}", crate::text::excerpt(d))
         });
+        let (was, is) = inputs_apart(&t, inputs);
         notes.push(format!(
-            "--init: the file's weights learned on inputs {}{data}; this run's are {inputs}: {}",
-            crate::text::excerpt(&t),
+            "--init: the file's weights learned on inputs {was}{data}; this run's are {is}: {}",
             how_apart(&t, inputs)
         ));
     }
@@ -123,7 +173,25 @@ pub fn against_run(path: &Path, model: &Model, ours: &[String], inputs: &str) ->
 
 #[cfg(test)]
 mod tests {
-    use super::how_apart;
+    use super::{how_apart, inputs_apart};
+
+    /// The parts two recipes differ in are said, not cut off past an excerpt's length.
+    #[test]
+    fn inputs_apart_says_the_parts_that_differ() {
+        let norm = "normalised per channel (x/255-mean)/std with mean [0.485, 0.456, 0.406] std [0.229, 0.224, 0.225]";
+        let a = format!("RGB pictures shorter side to 27, centre crop 24x24, {norm}");
+        let b = format!("RGB pictures shorter side to 24, centre crop 24x24, {norm}");
+        let (was, is) = inputs_apart(&a, &b);
+        assert_eq!(was, "RGB pictures shorter side to 27, …");
+        assert_eq!(is, "RGB pictures shorter side to 24, …");
+        // a part one has more: after the part before it
+        let c = format!("RGB pictures shorter side to 27, centre crop 24x24, flipped, {norm}");
+        assert_eq!(inputs_apart(&a, &c).0, "…, centre crop 24x24, …");
+        assert_eq!(inputs_apart(&a, &c).1, "…, centre crop 24x24, flipped, …");
+        // nothing alike: whole
+        let t = "scaled x*1/16 to [0,1]";
+        assert_eq!(inputs_apart(t, "used as given").0, t);
+    }
 
     #[test]
     fn pictures_only_sized_otherwise_are_not_said_to_hold_other_values() {
