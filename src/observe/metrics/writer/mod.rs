@@ -50,6 +50,10 @@ pub struct MetricsWriter {
     regular: bool,
     looked: std::time::Instant,
     found: Found,
+    /// The file's first record (the run's), written again where the file is cut to nothing
+    /// under the run (`truncated`), and whether that was found (`Gone`) and told.
+    first: Option<Vec<u8>>,
+    cut: Found,
     /// Not a regular file (a FIFO, a pipe, a device): written by a thread of its own, so a
     /// reader that stalls holds nothing up (`out` unused).
     pipe: Option<pipe::Pipe>,
@@ -248,6 +252,8 @@ impl MetricsWriter {
             ends: Vec::new(),
             looked: std::time::Instant::now(),
             found: Found::There,
+            first: None,
+            cut: Found::There,
         }
     }
 
@@ -326,6 +332,9 @@ impl MetricsWriter {
 
     /// One record (buffered; `flush` makes it visible to readers).
     pub fn write(&mut self, line: &Line) -> Result<(), MetricsError> {
+        if self.handed == 0 {
+            self.first = Some(line.as_bytes().to_vec());
+        }
         self.handed += line.as_bytes().len() as u64;
         self.ends.push(self.handed);
         let out: &mut dyn Write = match &mut self.pipe {
@@ -341,6 +350,7 @@ impl MetricsWriter {
     }
 
     pub fn flush(&mut self) -> Result<(), MetricsError> {
+        self.follow_truncation();
         let out: &mut dyn Write = match &mut self.pipe {
             Some(p) => p,
             None => &mut self.out,
@@ -443,6 +453,13 @@ impl MetricsWriter {
                 crate::text::counted(n as usize, "record")
             ));
         }
+        if self.cut == Found::Gone {
+            self.cut = Found::Told;
+            return Some(format!(
+                "metrics file {} was cut short while the run writes it (logrotate's copytruncate, `: > FILE`): the records before are gone; it goes on from the run's record, so view still reads it",
+                self.path.display()
+            ));
+        }
         match self.found {
             Found::Gone => {
                 self.found = Found::Told;
@@ -458,6 +475,7 @@ impl MetricsWriter {
 
 mod claim;
 mod pipe;
+mod truncated;
 pub use claim::Claim;
 #[cfg(test)]
 mod tests;

@@ -194,3 +194,48 @@ fn a_fifo_whose_reader_stalls_holds_no_write_up() {
         .collect();
     assert_eq!(ns, (0..20_000).collect::<Vec<u64>>());
 }
+
+/// A file cut to nothing under its run (logrotate's copytruncate) goes on from the run's
+/// record, told once: it began with a hole of zero bytes, and read as no metrics file.
+#[test]
+fn a_file_cut_short_under_its_run_goes_on_from_the_run_s_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut w = MetricsWriter::create(&path).unwrap();
+    let rec = |t: &str, n: u32| Line::new(&serde_json::json!({"type": t, "n": n}));
+    w.write(&rec("run", 0)).unwrap();
+    for n in 1..50 {
+        w.write(&rec("step", n)).unwrap();
+    }
+    w.flush().unwrap();
+    assert!(w.take_warning().is_none());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    w.write(&rec("step", 50)).unwrap();
+    w.flush().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text,
+        "{\"n\":0,\"type\":\"run\"}\n{\"n\":50,\"type\":\"step\"}\n"
+    );
+    let said = w.take_warning().unwrap();
+    assert!(
+        said.contains("was cut short while the run writes it"),
+        "{said}"
+    );
+    assert!(w.take_warning().is_none(), "told once");
+    // a failed write after it cuts back to the records written since
+    w.write(&rec("step", 51)).unwrap();
+    w.cut_back();
+    w.write(&rec("step", 52)).unwrap();
+    w.flush().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.ends_with("{\"n\":50,\"type\":\"step\"}\n{\"n\":52,\"type\":\"step\"}\n"),
+        "{text}"
+    );
+}

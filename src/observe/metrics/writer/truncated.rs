@@ -1,0 +1,45 @@
+//! A metrics file cut short under its run (logrotate's `copytruncate`, `: > FILE`): the run's
+//! records went on at the offset they had reached, so the file began with a hole of zero bytes
+//! where its run record was, and read as no metrics file.
+
+use std::io::{Seek, SeekFrom, Write};
+
+use super::{Found, MetricsWriter};
+
+impl MetricsWriter {
+    /// Where the file is shorter than what was flushed to it, writing goes on at its end: after
+    /// the run's record written again where it was cut to nothing, so it still reads as the
+    /// run's metrics file (its totals ride on every step record). Found once per cut, to be
+    /// told (`take_warning`). Looked at before each flush (one `fstat`).
+    pub(super) fn follow_truncation(&mut self) {
+        if !self.regular || self.pipe.is_some() {
+            return;
+        }
+        let Ok(len) = self.out.get_ref().metadata().map(|m| m.len()) else {
+            return;
+        };
+        if len >= self.flushed {
+            return;
+        }
+        let file = self.out.get_mut();
+        if file.seek(SeekFrom::Start(len)).is_err() {
+            return;
+        }
+        let mut at = len;
+        if let Some(first) = self.first.as_deref().filter(|_| len == 0) {
+            if file.write_all(first).is_ok() {
+                at = first.len() as u64;
+            }
+        }
+        // (what is held in the buffer lands from `at` on)
+        let moved = |x: u64| x - self.flushed + at;
+        self.handed = moved(self.handed);
+        self.ends
+            .iter_mut()
+            .for_each(|e| *e = *e - self.flushed + at);
+        self.flushed = at;
+        if self.cut == Found::There {
+            self.cut = Found::Gone;
+        }
+    }
+}
