@@ -27,8 +27,8 @@ pub enum AttachError {
     NotFound(PathBuf),
     #[error("{socket}: the run is not live (nothing listens on its socket: it has ended or was killed){see}")]
     NotLive { socket: PathBuf, see: String },
-    #[error("{path}: permission denied: the run belongs to {owner}; attach as that user (a live socket is owner-only)")]
-    Denied { path: PathBuf, owner: String },
+    #[error("{path}: permission denied: {why}")]
+    Denied { path: PathBuf, why: String },
     #[error("{0} is neither a run directory nor a live socket; give a run directory (runs/NAME/TIMESTAMP) or its live.sock")]
     NotSocket(PathBuf),
     #[error("{0}: a metrics file, not a live socket; see it with `mgtop-train view {0}`")]
@@ -75,6 +75,28 @@ pub struct LiveClient {
     stream: UnixStream,
     info: RunInfo,
     next_id: u64,
+}
+
+/// `path` could not be read: the run is another user's (said who), or its own user took the
+/// permissions away (said how to give them back).
+pub fn denied(path: &Path) -> AttachError {
+    use std::os::unix::fs::MetadataExt;
+    let own = super::socket::own_uid();
+    let mine = std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == own);
+    let why = match mine {
+        true => format!(
+            "it is this user's, but its permissions keep even its owner out: give them back (chmod u+rwx on the run directory, chmod u+rw on its {})",
+            crate::engine::rundir::SOCKET
+        ),
+        false => format!(
+            "the run belongs to {}; attach as that user (a live socket is owner-only)",
+            owner(path)
+        ),
+    };
+    AttachError::Denied {
+        path: path.to_path_buf(),
+        why,
+    }
 }
 
 /// Who owns `path` (or the nearest directory above it this user can see), in words: a user
@@ -160,10 +182,7 @@ pub fn open(socket: &Path, run: &Path) -> Result<UnixStream, AttachError> {
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => not_live(socket, run),
         // (its queue full: a process holds the socket and takes no one)
         io::ErrorKind::WouldBlock => silent(socket, run, super::socket::KNOCK),
-        io::ErrorKind::PermissionDenied => AttachError::Denied {
-            path: socket.to_path_buf(),
-            owner: owner(socket),
-        },
+        io::ErrorKind::PermissionDenied => denied(socket),
         _ => AttachError::Io {
             path: socket.to_path_buf(),
             source: e,
@@ -324,6 +343,19 @@ fn listen(mut r: BufReader<UnixStream>, ranks: usize, tx: &Sender<(u64, Incoming
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run directory of this user's that it cannot read is said as its permissions, not as
+    /// another user's run.
+    #[test]
+    fn this_user_s_own_run_kept_out_by_its_permissions_is_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = denied(dir.path()).to_string();
+        assert!(
+            e.contains("it is this user's, but its permissions keep even its owner out"),
+            "{e}"
+        );
+        assert!(!e.contains("attach as that user"), "{e}");
+    }
 
     /// A server that answers the hello with `answer`.
     fn answering(answer: &'static str) -> (tempfile::TempDir, PathBuf) {

@@ -5,7 +5,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::client::{owner, AttachError};
+use super::client::{denied, AttachError};
 use crate::files::read::read_note;
 use crate::observe::metrics::reader::FILE_NAME;
 
@@ -112,10 +112,7 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
         return newest_live(runs);
     };
     let meta = std::fs::metadata(p).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => AttachError::Denied {
-            path: p.to_path_buf(),
-            owner: owner(p),
-        },
+        std::io::ErrorKind::PermissionDenied => denied(p),
         _ => AttachError::NotFound(p.to_path_buf()),
     })?;
     // the run itself, not what a link names now (`runs/NAME/latest` moves to the next run of
@@ -141,10 +138,7 @@ pub fn locate(target: Option<&Path>) -> Result<Target, AttachError> {
     if meta.is_dir() {
         if let Err(e) = std::fs::read_dir(p) {
             return Err(match e.kind() {
-                std::io::ErrorKind::PermissionDenied => AttachError::Denied {
-                    path: p.to_path_buf(),
-                    owner: owner(p),
-                },
+                std::io::ErrorKind::PermissionDenied => denied(p),
                 _ => AttachError::Io {
                     path: p.to_path_buf(),
                     source: e,
