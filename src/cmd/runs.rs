@@ -42,17 +42,10 @@ pub fn command(args: &RunsArgs) -> anyhow::Result<()> {
     }
     // (and another user's run directories: mode 0700, not looked into)
     // (a run's own directory, or a folder of one: its checkpoints, one of them: that run)
-    let in_checkpoints =
-        |d: &std::path::Path| d.file_name().is_some_and(|n| n == rundir::CHECKPOINTS);
-    let run = [
-        Some(root.as_path()),
-        root.parent().filter(|_| in_checkpoints(&root)),
-        (root.parent())
-            .filter(|p| in_checkpoints(p))
-            .and_then(|p| p.parent()),
-    ];
-    let run =
-        (run.into_iter().flatten()).find(|d| !d.as_os_str().is_empty() && rundir::is_run_dir(d));
+    let run = match rundir::is_run_dir(&root) {
+        true => Some(root.as_path()),
+        false => rundir::run_of_checkpoints(&root),
+    };
     let (runs, closed) = match run {
         Some(run) => (vec![(run.to_path_buf(), rundir::updated(run))], 0),
         None => rundir::runs_and_closed(&root),

@@ -311,6 +311,17 @@ pub fn is_run_dir(dir: &Path) -> bool {
         || fs::symlink_metadata(dir.join(SOCKET)).is_ok()
 }
 
+/// The run directory whose checkpoints `dir` is (`RUN/checkpoints`) or holds one of
+/// (`RUN/checkpoints/step-N`), where it is a run directory.
+pub fn run_of_checkpoints(dir: &Path) -> Option<&Path> {
+    let named = |d: &Path| d.file_name().is_some_and(|n| n == CHECKPOINTS);
+    let run = match named(dir) {
+        true => dir.parent(),
+        false => dir.parent().filter(|p| named(p)).and_then(Path::parent),
+    };
+    run.filter(|r| !r.as_os_str().is_empty() && is_run_dir(r))
+}
+
 /// The run directory that run directory `dir` was copied from: the one its file records
 /// (`recorded`), another run directory than `dir` whose run started when this one's did (asked
 /// of a copy without an end record: one made while its run ran, whose run goes on, or went on,

@@ -41,10 +41,10 @@ pub enum AttachError {
     Refused { path: PathBuf, why: String },
     #[error("{path}: not an mgtop-train live socket ({why})")]
     Protocol { path: PathBuf, why: String },
-    #[error("{path}: the run took the connection but said nothing within {secs} s: its process is stopped (kill -STOP, a debugger) or hung; `mgtop-train view {run}` shows what it recorded")]
+    #[error("{path}: the run took the connection but said nothing within {secs} s: its process is stopped (kill -STOP, a debugger) or hung{see}")]
     Silent {
         path: PathBuf,
-        run: PathBuf,
+        see: String,
         secs: u64,
     },
     #[error("{}: {}; `mgtop-train view {}` shows what it recorded", run.display(), crate::engine::rundir::wake_hint(*pid), run.display())]
@@ -137,7 +137,14 @@ fn silent(socket: &Path, run: &Path, waited: std::time::Duration) -> AttachError
         },
         None => AttachError::Silent {
             path: socket.to_path_buf(),
-            run: run.to_path_buf(),
+            // (a socket outside a run directory: a forwarded one, another program's)
+            see: match crate::observe::metrics::MetricsReader::open(run) {
+                Ok(_) => format!(
+                    "; `mgtop-train view {}` shows what it recorded",
+                    run.display()
+                ),
+                Err(_) => String::new(),
+            },
             secs: waited.as_secs(),
         },
     }

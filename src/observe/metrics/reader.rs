@@ -82,12 +82,17 @@ impl MetricsReader {
                 });
             }
             if std::fs::symlink_metadata(&inner).is_err() {
-                return Err(ReadError::File {
-                    path: path.to_path_buf(),
-                    what: format!(
+                let what = match crate::engine::rundir::run_of_checkpoints(path) {
+                    Some(run) => format!(
+                        "a run's checkpoints, not its record: view the run, mgtop-train view {}",
+                        run.display()
+                    ),
+                    None => format!(
                         "a directory without a {FILE_NAME} nor runs under it: give a metrics file, a run directory or a directory of runs"
                     ),
-                });
+                };
+                let path = path.to_path_buf();
+                return Err(ReadError::File { path, what });
             }
             inner
         } else {
