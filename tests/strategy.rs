@@ -589,6 +589,31 @@ fn local_sgd_says_what_it_will_not_do() {
     );
 }
 
+/// Local SGD on one rank trains as mirrored, stops included: a stop is taken after the step
+/// under way (it waited for an average that one rank never makes, and trained on).
+#[test]
+fn local_sgd_on_one_rank_stops_after_the_step_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RunConfig {
+        strategy: local(1_000_000, 0, false),
+        ..small(1, 100_000_000, 301, dir.path())
+    };
+    let engine = Engine::start(cfg).expect("starts");
+    assert_eq!(engine.info().stops_at_average(), None);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    engine.controller().stop(false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(engine.join());
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the stop was taken")
+        .unwrap();
+    // (not at the first average, a million steps on)
+    assert!(r.stopped && r.steps < 1_000_000, "{}", r.steps);
+}
+
 #[test]
 fn batch_norm_statistics_reach_checkpoints_under_every_strategy_and_checkpoints_leave_them_be() {
     let dir = tempfile::tempdir().unwrap();

@@ -301,6 +301,17 @@ impl RunInfo {
         self.devices.len()
     }
 
+    /// Where a stop takes past the step under way: local SGD over several ranks agrees on
+    /// controls at its averages only, the next up to `H` steps on (`Some(H)`).
+    pub fn stops_at_average(&self) -> Option<u64> {
+        match self.strategy {
+            crate::engine::strategy::Strategy::LocalSgd { every, .. } if self.ranks() > 1 => {
+                Some(every)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether how busy the loader threads are is said: where they decode and augment
     /// pictures batch by batch (samples held ready are copied, and with `--prefetch 0` the
     /// workers build their batches themselves, in their wait for data).

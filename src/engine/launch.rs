@@ -146,7 +146,9 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             peers_here: l.world.peers_here.clone(),
             caps: Vec::new(),
             strategy: strategy::Runner::new(
-                cfg.strategy,
+                // (the run's, not the flag's: one rank has no other to average with, and trains,
+                // taking controls after every step, as mirrored)
+                info.strategy,
                 store.clone(),
                 start.step,
                 l.model.fixed_buffer_ranges(),

@@ -65,6 +65,10 @@ pub fn render(frame: &mut Frame, app: &App, theme: &Theme) {
                 theme,
                 attached.then(|| app.detach_leaves().0),
                 paused,
+                match app.info.stops_at_average() {
+                    Some(_) => "at the next average",
+                    None => "after this step",
+                },
             )
         }
         None if app.summary.is_some()

@@ -144,11 +144,12 @@ pub fn render_quit(
     theme: &Theme,
     detach: Option<&str>,
     paused: bool,
+    stops: &str,
 ) {
     let attached = detach.is_some();
     let when = match paused {
         true => "where it is paused",
-        false => "after this step",
+        false => stops,
     };
     let option = |key: &str, color, text: &str| {
         Line::from(vec![

@@ -32,11 +32,10 @@ impl MetricsWriter {
             }
         }
         // (what is held in the buffer lands from `at` on)
-        let moved = |x: u64| x - self.flushed + at;
-        self.handed = moved(self.handed);
-        self.ends
-            .iter_mut()
-            .for_each(|e| *e = *e - self.flushed + at);
+        let flushed = self.flushed;
+        let moved = |x: &mut u64| *x = *x - flushed + at;
+        moved(&mut self.handed);
+        self.ends.iter_mut().for_each(moved);
         self.flushed = at;
         if self.cut == Found::There {
             self.cut = Found::Gone;
