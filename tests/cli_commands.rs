@@ -300,3 +300,40 @@ fn bench_says_how_far_each_point_s_repeats_lie_apart() {
         "{row}\n{out}"
     );
 }
+
+/// `scale` refuses a bad training flag before its first point, as training does before it
+/// starts: it failed at the first point that used it, an earlier `--out` replaced by the rows
+/// measured before.
+#[test]
+fn scale_refuses_a_bad_training_flag_before_measuring() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("earlier.csv");
+    std::fs::write(&out, "an earlier report\n").unwrap();
+    let o = common::cli::run_in(
+        dir.path(),
+        &[
+            "scale",
+            "--counts",
+            "1,2",
+            "--seconds",
+            "0.2",
+            "--repeat",
+            "1",
+            "--slow-rank",
+            "1:200",
+            "--out",
+            "earlier.csv",
+        ],
+    );
+    let text = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("--slow-rank factor 200 is out of range"),
+        "{text}"
+    );
+    assert!(!text.contains("[1/"), "nothing measured: {text}");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "an earlier report\n"
+    );
+}
