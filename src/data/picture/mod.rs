@@ -151,10 +151,17 @@ impl Taps {
         // (PIL's taps of an output are at most ceil(2 x support) pixels)
         let n = ((2.0 * support).ceil() as usize + 1).min(src);
         let (mut first, mut w) = (Vec::with_capacity(out), vec![0f32; out * n]);
+        // (a region reaching past the picture, a padded crop: what lies outside is black, its
+        // taps weighed as black pixels; PIL takes no such region)
+        let padded = start < 0.0 || start + len > src as f32;
         for o in 0..out {
             let centre = f64::from(start) + (o as f64 + 0.5) * scale;
             // PIL's: the pixels whose centres the filter reaches, inside the picture (`as`
             // truncates toward 0, as C's cast PIL takes does)
+            let (reach_lo, reach_hi) = (
+                (centre - support + 0.5).floor() as i64,
+                (centre + support + 0.5).floor() as i64,
+            );
             let lo = ((centre - support + 0.5) as i64).max(0);
             let hi = ((centre + support + 0.5) as i64).min(src as i64);
             // the window of n pixels inside the picture from them
@@ -165,6 +172,12 @@ impl Taps {
                 let wt = (1.0 - ((s as f64 + 0.5 - centre) / support).abs()).max(0.0);
                 ws[(s - f) as usize] = wt as f32;
                 sum += wt;
+            }
+            if padded {
+                let outside = (reach_lo..reach_hi).filter(|&s| s < 0 || s >= src as i64);
+                sum += outside
+                    .map(|s| (1.0 - ((s as f64 + 0.5 - centre) / support).abs()).max(0.0))
+                    .sum::<f64>();
             }
             if sum > 0.0 {
                 ws.iter_mut()

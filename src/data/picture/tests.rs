@@ -222,3 +222,24 @@ fn resampling_matches_pil_bilinear_to_one_level_edges_included() {
         }
     }
 }
+
+/// A region reaching past the picture (a padded crop) is black there, its filter's taps
+/// outside weighed as black: a pixel half over the edge is half the picture's.
+#[test]
+fn a_region_past_the_picture_resamples_black_outside_it() {
+    let p = Picture {
+        w: 4,
+        h: 4,
+        rgb: vec![100; 4 * 4 * 3],
+    };
+    let r = Region {
+        x: -1.5,
+        y: 0.0,
+        w: 7.0,
+        h: 4.0,
+    };
+    let mut out = vec![0.0; 3 * 7 * 4];
+    p.render(r, 7, 4, false, &RAW, &mut out);
+    let row: Vec<f32> = out[..7].iter().map(|v| v.round()).collect();
+    assert_eq!(row, [0.0, 50.0, 100.0, 100.0, 100.0, 50.0, 0.0]);
+}

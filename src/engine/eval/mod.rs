@@ -130,7 +130,8 @@ pub fn evaluate(
             }
             let left_out = set.len() - kept.len();
             notes.push(format!(
-                "{whys}; its {} {} left out of the figures (the accuracy is over the other classes only); repair or replace them",
+                "{whys}; {} {} {} left out of the figures (the accuracy is over the other classes only); repair or replace them",
+                if lost.len() == 1 { "its" } else { "their" },
                 crate::text::counted(left_out, "sample"),
                 if left_out == 1 { "is" } else { "are" }
             ));

@@ -174,7 +174,7 @@ impl Drop for Created {
 /// What a start that failed (or quit at once) made: only that: in the directory `dir` the
 /// checkpoint lock it took and the files a run starts with (its metrics file, its socket's
 /// pointer; its TensorBoard folder where it made `dir`, `fresh`), then the directory, where
-/// it made it and nothing else is left there (a checkpoint written meanwhile keeps it), and
+/// it made it and nothing else is left there (a checkpoint there keeps all of them), and
 /// the empty parents it `made`. A lock another process wrote is left, and with it the
 /// directory: runs given one `--run-dir` at once, the one that made it may lose the lock to
 /// one that found it made.
@@ -192,16 +192,19 @@ pub(super) fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
             es.filter_map(|e| e.ok())
                 .all(|e| e.file_name() == checkpoint::LOCK_FILE)
         });
+        // (checkpoints there: another run's, one given this --run-dir at the same moment that
+        // trained and let go of the lock before this start took it and was refused; its
+        // files stay)
         if only_lock {
             let _ = fs::remove_file(ckpts.join(checkpoint::LOCK_FILE));
             let _ = fs::remove_dir(&ckpts);
-        }
-        let _ = fs::remove_file(dir.join(METRICS));
-        let _ = fs::remove_file(dir.join(SOCKET));
-        let _ = fs::remove_file(pointer_of(&dir.join(SOCKET)));
-        if fresh {
-            let _ = fs::remove_dir_all(dir.join(TENSORBOARD));
-            let _ = fs::remove_dir(dir);
+            let _ = fs::remove_file(dir.join(METRICS));
+            let _ = fs::remove_file(dir.join(SOCKET));
+            let _ = fs::remove_file(pointer_of(&dir.join(SOCKET)));
+            if fresh {
+                let _ = fs::remove_dir_all(dir.join(TENSORBOARD));
+                let _ = fs::remove_dir(dir);
+            }
         }
     }
     for d in made {

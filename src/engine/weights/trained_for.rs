@@ -105,10 +105,12 @@ pub fn inputs_apart(theirs: &str, ours: &str) -> (String, String) {
         .take(room)
         .take_while(|(x, y)| x == y)
         .count();
-    // (a part one has more: said after the part before it, where the other would have it)
-    let first = match a.len().min(b.len()) == first + last {
-        true => first.saturating_sub(1),
-        false => first,
+    // (a part one has more: said after the part before it, where the other would have it, or
+    // before the part after it where it leads)
+    let (first, last) = match a.len().min(b.len()) == first + last {
+        true if first > 0 => (first - 1, last),
+        true => (first, last.saturating_sub(1)),
+        false => (first, last),
     };
     let said = |p: &[String]| {
         let mut middle: Vec<&str> = p[first..p.len() - last]
@@ -188,6 +190,10 @@ mod tests {
         let c = format!("RGB pictures shorter side to 27, centre crop 24x24, flipped, {norm}");
         assert_eq!(inputs_apart(&a, &c).0, "…, centre crop 24x24, …");
         assert_eq!(inputs_apart(&a, &c).1, "…, centre crop 24x24, flipped, …");
+        // a leading part more: before the part after it
+        let (was, is) = inputs_apart(&format!("flipped, {norm}"), norm);
+        assert!(was.starts_with("flipped, normalised per channel"), "{was}");
+        assert!(is.starts_with("normalised per channel"), "{is}");
         // nothing alike: whole
         let t = "scaled x*1/16 to [0,1]";
         assert_eq!(inputs_apart(t, "used as given").0, t);

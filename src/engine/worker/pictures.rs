@@ -27,7 +27,7 @@ impl Worker {
             return;
         };
         for why in p.lost.unsaid() {
-            let message = format!("{why}; validation leaves the class out (its loss and accuracy are over the other classes) until they are repaired or replaced");
+            let message = format!("{why}; validation leaves the class out for the rest of this run (its loss and accuracy are over the other classes); repair or replace them before the next");
             let step = self.step;
             let _ = self.events.send(Event::Warning { step, message });
         }

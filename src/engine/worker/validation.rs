@@ -48,20 +48,24 @@ impl Worker {
         let per = n.div_ceil(self.ranks);
         let lo = (self.rank * per).min(n);
         let hi = ((self.rank + 1) * per).min(n);
-        let (mut loss, mut correct) = match replica.evaluate_held(lo, hi) {
-            Some(r) => r,
-            None => self.evaluate(replica, lo, hi),
+        // a class none of whose pictures decode is left out (its samples would be blank): a
+        // rank finds the classes of its own samples, each process of its own files
+        let lost = || (self.val.pictures.as_ref()).map_or(Vec::new(), |p| p.lost.labels());
+        let known = lost();
+        let (mut loss, mut correct, mut counted) = match known.is_empty() {
+            true => {
+                let (l, c) = match replica.evaluate_held(lo, hi) {
+                    Some(r) => r,
+                    None => self.evaluate(replica, lo, hi),
+                };
+                (l, c, hi - lo)
+            }
+            false => self.evaluate_without(replica, lo..hi, &known),
         };
-        // a class none of whose pictures decode was validated on blank samples: left out (a
-        // rank finds the classes of its own samples, so the ranks leave out the same ones)
-        let lost = (self.val.pictures.as_ref()).map_or(Vec::new(), |p| p.lost.labels());
-        let mut counted = hi - lo;
-        if !lost.is_empty() {
-            let kept: Vec<u32> = (lo as u32..hi as u32)
-                .filter(|&i| !lost.contains(&self.val.y[i as usize]))
-                .collect();
-            (loss, correct) = self.evaluate_rows(replica, &kept);
-            counted = kept.len();
+        // (found in this pass: evaluated again without it)
+        let now = lost();
+        if now != known {
+            (loss, correct, counted) = self.evaluate_without(replica, lo..hi, &now);
         }
         let mut sums = vec![loss as f32, correct as f32, counted as f32];
         self.coll.all_reduce_sum(&mut sums)?;
@@ -101,16 +105,25 @@ impl Worker {
         (loss, correct)
     }
 
-    /// Validation samples `rows` (summed loss, correct), a chunk at a time.
-    fn evaluate_rows(&self, replica: &mut dyn Replica, rows: &[u32]) -> (f64, usize) {
+    /// Validation samples `rows` but those of the classes `lost` (summed loss, correct, count),
+    /// a chunk at a time.
+    fn evaluate_without(
+        &self,
+        replica: &mut dyn Replica,
+        rows: std::ops::Range<usize>,
+        lost: &[u32],
+    ) -> (f64, usize, usize) {
+        let kept: Vec<u32> = (rows.start as u32..rows.end as u32)
+            .filter(|&i| !lost.contains(&self.val.y[i as usize]))
+            .collect();
         let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
-        for part in rows.chunks(256) {
+        for part in kept.chunks(256) {
             self.val.gather(part, 0, &mut buf);
             let y: Vec<u32> = part.iter().map(|&i| self.val.y[i as usize]).collect();
             let (l, c) = replica.evaluate(&buf, &y, part.len());
             loss += l;
             correct += c;
         }
-        (loss, correct)
+        (loss, correct, kept.len())
     }
 }

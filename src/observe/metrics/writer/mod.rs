@@ -335,6 +335,10 @@ impl MetricsWriter {
         if self.handed == 0 {
             self.first = Some(line.as_bytes().to_vec());
         }
+        // (a write past the buffer goes out now, not at the next flush: looked at first)
+        if self.out.buffer().len() + line.as_bytes().len() > self.out.capacity() {
+            self.follow_truncation();
+        }
         self.handed += line.as_bytes().len() as u64;
         self.ends.push(self.handed);
         let out: &mut dyn Write = match &mut self.pipe {
@@ -456,7 +460,7 @@ impl MetricsWriter {
         if self.cut == Found::Gone {
             self.cut = Found::Told;
             return Some(format!(
-                "metrics file {} was cut short while the run writes it (logrotate's copytruncate, `: > FILE`): the records before are gone; it goes on from the run's record, so view still reads it",
+                "metrics file {} was cut short while the run writes it (logrotate's copytruncate, `: > FILE`): the records cut away are gone; it goes on from its last whole record (the run's, where nothing was left), so view still reads it",
                 self.path.display()
             ));
         }

@@ -239,3 +239,51 @@ fn a_file_cut_short_under_its_run_goes_on_from_the_run_s_record() {
         "{text}"
     );
 }
+
+/// A cut the buffer's own write-out would pass over (more than it holds written before the next
+/// flush) is found before that write; a cut to some length goes on from its last whole record.
+#[test]
+fn a_cut_is_found_before_a_full_buffer_goes_out_and_a_partial_cut_keeps_whole_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.jsonl");
+    let mut w = MetricsWriter::create(&path).unwrap();
+    let pad = "x".repeat(900);
+    let rec = |t: &str, n: u32| Line::new(&serde_json::json!({"type": t, "n": n, "pad": pad}));
+    w.write(&rec("run", 0)).unwrap();
+    for n in 1..20 {
+        w.write(&rec("step", n)).unwrap();
+    }
+    w.flush().unwrap();
+    let cut = |len: u64| {
+        (std::fs::OpenOptions::new().write(true).open(&path))
+            .and_then(|f| f.set_len(len))
+            .unwrap()
+    };
+    cut(0);
+    for n in 20..40 {
+        w.write(&rec("step", n)).unwrap();
+    }
+    w.flush().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains('\0'), "a hole of zeros");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "run");
+    assert_eq!((lines[1]["n"].as_u64(), lines.len()), (Some(20), 21));
+    // cut mid-record: back to the record before it
+    let len = std::fs::metadata(&path).unwrap().len();
+    cut(len - 100);
+    w.write(&rec("step", 40)).unwrap();
+    w.flush().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let ns: Vec<u64> = (text.lines())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ns[ns.len() - 2..], [38, 40]);
+}

@@ -6,11 +6,30 @@ use std::io::{Seek, SeekFrom, Write};
 
 use super::{Found, MetricsWriter};
 
+/// Where the last whole line of the first `len` bytes of the file at `path` ends (0: none).
+fn last_line_end(path: &std::path::Path, len: u64) -> u64 {
+    use std::io::Read;
+    let from = len.saturating_sub(1 << 16);
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(from))?;
+        f.take(len - from).read_to_end(&mut bytes)
+    });
+    match read
+        .ok()
+        .and_then(|_| bytes.iter().rposition(|&b| b == b'\n'))
+    {
+        Some(at) => from + at as u64 + 1,
+        None => 0,
+    }
+}
+
 impl MetricsWriter {
     /// Where the file is shorter than what was flushed to it, writing goes on at its end: after
     /// the run's record written again where it was cut to nothing, so it still reads as the
-    /// run's metrics file (its totals ride on every step record). Found once per cut, to be
-    /// told (`take_warning`). Looked at before each flush (one `fstat`).
+    /// run's metrics file (its totals ride on every step record). Told once in the run
+    /// (`take_warning`). Looked at before each flush and each write the buffer cannot hold
+    /// (one `fstat`). A file cut to some length goes on from its last whole record there.
     pub(super) fn follow_truncation(&mut self) {
         if !self.regular || self.pipe.is_some() {
             return;
@@ -21,8 +40,13 @@ impl MetricsWriter {
         if len >= self.flushed {
             return;
         }
+        // (cut to some length: back to its last whole record there)
+        let len = match len {
+            0 => 0,
+            len => last_line_end(&self.path, len),
+        };
         let file = self.out.get_mut();
-        if file.seek(SeekFrom::Start(len)).is_err() {
+        if file.set_len(len).is_err() || file.seek(SeekFrom::Start(len)).is_err() {
             return;
         }
         let mut at = len;
