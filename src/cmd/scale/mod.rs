@@ -363,8 +363,7 @@ fn grid(
         (1..=gpus.len()).collect()
     };
     checks::points(&counts, n, &gpus, &base)?;
-    // the training flags as a run checks them first: a bad one refused before any point (it
-    // failed at the first point using it, an earlier --out replaced by the points before)
+    // (the training flags checked as a run checks them first, before any point is measured)
     crate::engine::check_settings(&base)?;
     crate::cmd::listed_once("--batches", &args.batches)?;
     crate::cmd::listed_once("--prefetch-modes", &args.prefetch_modes)?;
