@@ -188,10 +188,11 @@ pub(super) fn take_back(dir: &Path, made: &[PathBuf], fresh: bool) {
         None => fresh,
     };
     if ours && !dir.as_os_str().is_empty() {
-        let only_lock = fs::read_dir(&ckpts).is_ok_and(|es| {
-            es.filter_map(|e| e.ok())
-                .all(|e| e.file_name() == checkpoint::LOCK_FILE)
-        });
+        // (no checkpoints folder: nothing but what the start made)
+        let only_lock = match fs::read_dir(&ckpts) {
+            Ok(es) => (es.filter_map(|e| e.ok())).all(|e| e.file_name() == checkpoint::LOCK_FILE),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
         // (checkpoints there: another run's, one given this --run-dir at the same moment that
         // trained and let go of the lock before this start took it and was refused; its
         // files stay)
