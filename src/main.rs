@@ -341,8 +341,8 @@ fn on_view_signals(notify: Sender<()>) -> anyhow::Result<()> {
 fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::Result<()> {
     let controller = engine.controller();
     let stops = match engine.info().stops_at_average() {
-        Some(h) => format!("at the ranks' next average (local SGD: up to {h} steps on)"),
-        None => "after this step".into(),
+        Some(h) => format!("the steps to the ranks' next average (local SGD: up to {h} on)"),
+        None => "this step".into(),
     };
     let run = engine.info().run_dir.clone();
     let checkpoints = engine.checkpoint_dir().map(Path::to_path_buf);
@@ -367,7 +367,7 @@ fn on_signals(engine: &Engine, notify: Option<Sender<()>>, ui: bool) -> anyhow::
                     let _ = tx.send(());
                 }
                 (None, Ok(())) => {
-                    mgtop::tell!("stopping {stops}, with a checkpoint (signal again to quit at once)");
+                    mgtop::tell!("stopping: finishing {stops} and writing a checkpoint (signal again to quit at once)");
                     // (mpirun signals every process when one of them has ended, and kills the
                     // rest a second later: then no step finishes, and this is the last word,
                     // said where the stop has written no checkpoint half a second on)
