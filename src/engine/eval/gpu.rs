@@ -25,7 +25,7 @@ pub(super) fn run(
     (index, flag): (usize, &str),
     cfg: &RunConfig,
     model: &Model,
-    state: TrainState,
+    state: &TrainState,
     set: &Dataset,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Tally, String, Vec<String>), EngineError> {
@@ -72,8 +72,9 @@ pub(super) fn run(
     let optimizer = crate::engine::validate::optimizer(cfg, model);
     // (eval takes no step: the optimizer's moments, Adam's twice the weights, stay off the GPU)
     let state = TrainState {
+        params: state.params.clone(),
         opt: Default::default(),
-        ..state
+        buffers: state.buffers.clone(),
     };
     let open = (index, model.clone(), optimizer, precision, state);
     let tally = match precision {

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::backend::TrainState;
 use crate::config::RunConfig;
 use crate::data::{self, held_out, DataSpec, Dataset};
 use crate::engine::checkpoint::{self, CheckpointError, CheckpointMeta};
@@ -96,24 +95,21 @@ pub fn evaluate(
     // (against what the checkpoint recorded: an older one's outputs are numbers, named by none)
     notes.extend(renamed(&meta.classes, set.class_names()));
     let started = Instant::now();
-    let evaluate_on =
-        |set: &Dataset, state: TrainState, progress: &mut dyn FnMut(usize, usize)| match on {
-            On::Cpu(asked) => {
-                let threads = threads_for(&model, asked, set.len());
-                let weights = (&state.params[..], &state.buffers[..]);
-                let tally = run(&model, weights, set, threads, progress);
-                let used = crate::text::counted(threads, "CPU thread");
-                Ok((tally, format!("{used}, fp32"), Vec::new()))
-            }
-            On::Gpu { index, flag } => gpu::run((index, flag), cfg, &model, state, set, progress),
-        };
-    // (kept for a second pass without a class none of whose pictures decode)
-    let again = set.pictures.is_some().then(|| state.clone());
-    let (mut tally, device, device_notes) = evaluate_on(&set, state, &mut progress)?;
+    let evaluate_on = |set: &Dataset, progress: &mut dyn FnMut(usize, usize)| match on {
+        On::Cpu(asked) => {
+            let threads = threads_for(&model, asked, set.len());
+            let weights = (&state.params[..], &state.buffers[..]);
+            let tally = run(&model, weights, set, threads, progress);
+            let used = crate::text::counted(threads, "CPU thread");
+            Ok((tally, format!("{used}, fp32"), Vec::new()))
+        }
+        On::Gpu { index, flag } => gpu::run((index, flag), cfg, &model, &state, set, progress),
+    };
+    let (mut tally, device, device_notes) = evaluate_on(&set, &mut progress)?;
     notes.extend(device_notes);
     // pictures that failed to decode were stood in for by others of their class: said; a class
     // none of whose pictures decode was evaluated on blank samples: evaluated again without it
-    if let (Some(p), Some(state)) = (&set.pictures, again) {
+    if let Some(p) = &set.pictures {
         notes.extend(
             (p.set.take_failures().into_iter()).map(|s| format!("{s}; left out of the figures")),
         );
@@ -135,7 +131,7 @@ pub fn evaluate(
                 crate::text::counted(left_out, "sample"),
                 if left_out == 1 { "is" } else { "are" }
             ));
-            tally = evaluate_on(&set.subset(&kept), state, &mut progress)?.0;
+            tally = evaluate_on(&set.subset(&kept), &mut progress)?.0;
         }
     }
     // (as training stops where its loss is not finite: no figure of such outputs means anything)

@@ -52,20 +52,15 @@ impl Worker {
         // rank finds the classes of its own samples, each process of its own files
         let lost = || (self.val.pictures.as_ref()).map_or(Vec::new(), |p| p.lost.labels());
         let known = lost();
-        let (mut loss, mut correct, mut counted) = match known.is_empty() {
-            true => {
-                let (l, c) = match replica.evaluate_held(lo, hi) {
-                    Some(r) => r,
-                    None => self.evaluate(replica, lo, hi),
-                };
-                (l, c, hi - lo)
-            }
-            false => self.evaluate_without(replica, lo..hi, &known),
+        let held = known.is_empty().then(|| replica.evaluate_held(lo, hi));
+        let (mut loss, mut correct, mut counted) = match held.flatten() {
+            Some((l, c)) => (l, c, hi - lo),
+            None => self.evaluate(replica, lo..hi, &known),
         };
         // (found in this pass: evaluated again without it)
         let now = lost();
         if now != known {
-            (loss, correct, counted) = self.evaluate_without(replica, lo..hi, &now);
+            (loss, correct, counted) = self.evaluate(replica, lo..hi, &now);
         }
         let mut sums = vec![loss as f32, correct as f32, counted as f32];
         self.coll.all_reduce_sum(&mut sums)?;
@@ -87,43 +82,41 @@ impl Worker {
         Ok((Some(sums[0] / sums[2]), Some(sums[1] / sums[2])))
     }
 
-    /// Validation samples `lo..hi` (summed loss, correct): a picture set's are made a chunk
-    /// at a time.
-    fn evaluate(&self, replica: &mut dyn Replica, lo: usize, hi: usize) -> (f64, usize) {
-        let chunk = match self.val.pictures {
-            Some(_) => 256,
-            None => hi - lo,
-        };
-        let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
-        for a in (lo..hi).step_by(chunk.max(1)) {
-            let b = (a + chunk).min(hi);
-            let x = self.val.rows(a, b, &mut buf);
-            let (l, c) = replica.evaluate(x, &self.val.y[a..b], b - a);
-            loss += l;
-            correct += c;
-        }
-        (loss, correct)
-    }
-
-    /// Validation samples `rows` but those of the classes `lost` (summed loss, correct, count),
-    /// a chunk at a time.
-    fn evaluate_without(
+    /// Validation samples `rows` but those of the classes `lost` (summed loss, correct,
+    /// count): a picture set's are made a chunk at a time.
+    fn evaluate(
         &self,
         replica: &mut dyn Replica,
         rows: std::ops::Range<usize>,
         lost: &[u32],
     ) -> (f64, usize, usize) {
-        let kept: Vec<u32> = (rows.start as u32..rows.end as u32)
-            .filter(|&i| !lost.contains(&self.val.y[i as usize]))
-            .collect();
-        let (mut loss, mut correct, mut buf) = (0.0, 0, Vec::new());
-        for part in kept.chunks(256) {
-            self.val.gather(part, 0, &mut buf);
-            let y: Vec<u32> = part.iter().map(|&i| self.val.y[i as usize]).collect();
-            let (l, c) = replica.evaluate(&buf, &y, part.len());
-            loss += l;
-            correct += c;
+        let chunk = match self.val.pictures {
+            Some(_) => 256,
+            None => rows.len(),
+        };
+        let (mut loss, mut correct, mut counted, mut buf) = (0.0, 0, 0, Vec::new());
+        let mut sum = |x: &[f32], y: &[u32]| {
+            let (l, c) = replica.evaluate(x, y, y.len());
+            (loss, correct, counted) = (loss + l, correct + c, counted + y.len());
+        };
+        match lost.is_empty() {
+            true => {
+                for a in rows.clone().step_by(chunk.max(1)) {
+                    let b = (a + chunk).min(rows.end);
+                    sum(self.val.rows(a, b, &mut buf), &self.val.y[a..b]);
+                }
+            }
+            false => {
+                let kept: Vec<u32> = (rows.start as u32..rows.end as u32)
+                    .filter(|&i| !lost.contains(&self.val.y[i as usize]))
+                    .collect();
+                for part in kept.chunks(chunk.max(1)) {
+                    self.val.gather(part, 0, &mut buf);
+                    let y: Vec<u32> = part.iter().map(|&i| self.val.y[i as usize]).collect();
+                    sum(&buf, &y);
+                }
+            }
         }
-        (loss, correct, kept.len())
+        (loss, correct, counted)
     }
 }

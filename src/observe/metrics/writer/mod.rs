@@ -89,6 +89,33 @@ fn run_record(path: &Path) -> Option<serde_json::Value> {
 
 /// Takes the file's write lock (flock, held while `f` is open) for a run's writer: another
 /// live run writing the same file is refused rather than the two interleaving their lines.
+/// Which newline of a stretch of a file [`line_end`] looks for.
+#[derive(Clone, Copy)]
+enum Newline {
+    First,
+    Last,
+}
+
+/// Where the line ending at the first or last newline among the bytes `within` of the file at
+/// `path` ends (one past that newline); `None` where there is no newline there or it cannot be
+/// read.
+fn line_end(path: &Path, within: std::ops::Range<u64>, which: Newline) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(within.start))?;
+            f.take(within.end.saturating_sub(within.start))
+                .read_to_end(&mut bytes)
+        })
+        .ok()?;
+    let at = match which {
+        Newline::First => bytes.iter().position(|&b| b == b'\n'),
+        Newline::Last => bytes.iter().rposition(|&b| b == b'\n'),
+    };
+    at.map(|at| within.start + at as u64 + 1)
+}
+
 fn lock(f: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor the caller keeps open
@@ -404,28 +431,17 @@ impl MetricsWriter {
     /// that the run's end record fits in place of its last few step records. Whether it was
     /// cut.
     pub fn make_room(&mut self, room: u64) -> bool {
-        use std::io::{Read, Seek, SeekFrom};
+        use std::io::{Seek, SeekFrom};
         let len = self.out.get_ref().metadata().map_or(0, |m| m.len());
-        let read_end = |from: u64, to: u64, last: bool| {
-            let mut bytes = Vec::new();
-            File::open(&self.path)
-                .and_then(|mut f| {
-                    f.seek(SeekFrom::Start(from))?;
-                    f.take(to - from).read_to_end(&mut bytes)
-                })
-                .ok()?;
-            let at = match last {
-                true => bytes.iter().rposition(|&b| b == b'\n'),
-                false => bytes.iter().position(|&b| b == b'\n'),
-            };
-            at.map(|at| from + at as u64 + 1)
-        };
         let want = len.saturating_sub(room);
-        let first = read_end(0, len.min(1 << 16), false);
-        let Some(cut) = read_end(want.saturating_sub(1 << 16), want, true)
-            .max(first)
-            .filter(|&cut| cut < len)
-        else {
+        let first = line_end(&self.path, 0..len.min(1 << 16), Newline::First);
+        let Some(cut) = line_end(
+            &self.path,
+            want.saturating_sub(1 << 16)..want,
+            Newline::Last,
+        )
+        .max(first)
+        .filter(|&cut| cut < len) else {
             return false;
         };
         if !self.regular || self.out.get_ref().set_len(cut).is_err() {

@@ -195,6 +195,13 @@ fn a_fifo_whose_reader_stalls_holds_no_write_up() {
     assert_eq!(ns, (0..20_000).collect::<Vec<u64>>());
 }
 
+/// Cuts the file at `path` to `len` bytes, as another program would under the run.
+fn cut_to(path: &std::path::Path, len: u64) {
+    (std::fs::OpenOptions::new().write(true).open(path))
+        .and_then(|f| f.set_len(len))
+        .unwrap()
+}
+
 /// A file cut to nothing under its run (logrotate's copytruncate) goes on from the run's
 /// record, told once: it began with a hole of zero bytes, and read as no metrics file.
 #[test]
@@ -209,12 +216,7 @@ fn a_file_cut_short_under_its_run_goes_on_from_the_run_s_record() {
     }
     w.flush().unwrap();
     assert!(w.take_warning().is_none());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    cut_to(&path, 0);
     w.write(&rec("step", 50)).unwrap();
     w.flush().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
@@ -254,12 +256,7 @@ fn a_cut_is_found_before_a_full_buffer_goes_out_and_a_partial_cut_keeps_whole_re
         w.write(&rec("step", n)).unwrap();
     }
     w.flush().unwrap();
-    let cut = |len: u64| {
-        (std::fs::OpenOptions::new().write(true).open(&path))
-            .and_then(|f| f.set_len(len))
-            .unwrap()
-    };
-    cut(0);
+    cut_to(&path, 0);
     for n in 20..40 {
         w.write(&rec("step", n)).unwrap();
     }
@@ -274,7 +271,7 @@ fn a_cut_is_found_before_a_full_buffer_goes_out_and_a_partial_cut_keeps_whole_re
     assert_eq!((lines[1]["n"].as_u64(), lines.len()), (Some(20), 21));
     // cut mid-record: back to the record before it
     let len = std::fs::metadata(&path).unwrap().len();
-    cut(len - 100);
+    cut_to(&path, len - 100);
     w.write(&rec("step", 40)).unwrap();
     w.flush().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();

@@ -4,25 +4,7 @@
 
 use std::io::{Seek, SeekFrom, Write};
 
-use super::{Found, MetricsWriter};
-
-/// Where the last whole line of the first `len` bytes of the file at `path` ends (0: none).
-fn last_line_end(path: &std::path::Path, len: u64) -> u64 {
-    use std::io::Read;
-    let from = len.saturating_sub(1 << 16);
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(path).and_then(|mut f| {
-        f.seek(SeekFrom::Start(from))?;
-        f.take(len - from).read_to_end(&mut bytes)
-    });
-    match read
-        .ok()
-        .and_then(|_| bytes.iter().rposition(|&b| b == b'\n'))
-    {
-        Some(at) => from + at as u64 + 1,
-        None => 0,
-    }
-}
+use super::{line_end, Found, MetricsWriter, Newline};
 
 impl MetricsWriter {
     /// Where the file is shorter than what was flushed to it, writing goes on at its end: after
@@ -43,7 +25,9 @@ impl MetricsWriter {
         // (cut to some length: back to its last whole record there)
         let len = match len {
             0 => 0,
-            len => last_line_end(&self.path, len),
+            len => {
+                line_end(&self.path, len.saturating_sub(1 << 16)..len, Newline::Last).unwrap_or(0)
+            }
         };
         let file = self.out.get_mut();
         if file.set_len(len).is_err() || file.seek(SeekFrom::Start(len)).is_err() {
