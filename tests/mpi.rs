@@ -645,3 +645,108 @@ fn another_process_says_the_pictures_it_could_not_decode() {
         "{err}"
     );
 }
+
+/// A validation class none of whose pictures decode on one machine only is left out by every
+/// process (the other's ranks counted it: figures over different classes, summed): the run's
+/// last validation is `eval`'s over the damaged folder, which leaves the class out.
+#[test]
+fn a_validation_class_lost_on_one_machine_is_left_out_by_every_process() {
+    if !mpirun_found() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, theirs) = (tmp.path().join("mine"), tmp.path().join("theirs"));
+    for dir in [&mine, &theirs] {
+        for (split, class, shade, n) in [
+            ("train", "cat", 40u8, 4u8),
+            ("train", "dog", 200, 4),
+            ("val", "cat", 40, 3),
+            ("val", "dog", 200, 5),
+        ] {
+            let folder = dir.join(split).join(class);
+            std::fs::create_dir_all(&folder).unwrap();
+            for i in 0..n {
+                let img = image::RgbImage::from_fn(8, 8, |x, y| {
+                    image::Rgb([shade, (x as u8) * 8 + i, (y as u8) * 8 + 3 * i])
+                });
+                img.save(folder.join(format!("{i}.png"))).unwrap();
+            }
+        }
+    }
+    // (headers whole, so the processes' listings agree; every validation dog of process 0's
+    // machine damaged)
+    for i in 0..5 {
+        let broken = mine.join(format!("val/dog/{i}.png"));
+        let mut bytes = std::fs::read(&broken).unwrap();
+        let n = bytes.len();
+        bytes[50..n - 16].fill(b'x');
+        std::fs::write(&broken, bytes).unwrap();
+    }
+    let run = tmp.path().join("run");
+    let args = |data: &Path| {
+        let data = format!("images:{}", data.display());
+        [
+            "--headless",
+            "--devices",
+            "cpu:1",
+            "--model",
+            "mlp:8",
+            "--steps",
+            "4",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            "--data".into(),
+            data,
+            "--batch-per-replica".into(),
+            "2".into(),
+        ])
+        .chain(["--run-dir".into(), run.display().to_string()])
+        .collect::<Vec<String>>()
+    };
+    let out = mpirun()
+        .args(["-np", "1", BIN])
+        .args(args(&mine))
+        .args([":", "-np", "1", BIN])
+        .args(args(&theirs))
+        .output()
+        .unwrap();
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("validation leaves the class out"), "{err}");
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let last = (metrics.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["val_accuracy"].is_number())
+        .last()
+        .unwrap_or_else(|| panic!("no validation in {metrics}"));
+    let o = Command::new(BIN)
+        .args(["eval", &run.display().to_string(), "--data"])
+        .arg(format!("images:{}", mine.join("val").display()))
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{said}");
+    // `loss L   accuracy A% (k of 3)`: the cats alone
+    let line = (said.lines())
+        .find(|l| l.starts_with("loss "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(line.ends_with(" of 3)"), "{said}");
+    let loss: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let (k, _) = line.rsplit_once('(').unwrap().1.split_once(' ').unwrap();
+    let accuracy = k.parse::<f64>().unwrap() / 3.0;
+    assert!(
+        (last["val_accuracy"].as_f64().unwrap() - accuracy).abs() < 1e-6
+            && (last["val_loss"].as_f64().unwrap() - loss).abs() < 1e-3,
+        "the run's last validation {last} is not eval's over the cats: {line}"
+    );
+}

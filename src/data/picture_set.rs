@@ -224,6 +224,15 @@ impl LostClasses {
         lost.entry(label).or_insert((why, false));
     }
 
+    /// A class another process found lost (its files of the class are damaged where this
+    /// process's may not be): left out here too, so that every process validates over the
+    /// same classes; told by that process.
+    pub fn add_elsewhere(&self, label: u32) {
+        let mut lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let why = format!("no picture of class {label} decodes on another machine of the run");
+        lost.entry(label).or_insert((why, true));
+    }
+
     /// Why the first class lost is (`None`: every class's pictures decode, so far).
     pub fn first(&self) -> Option<String> {
         let lost = self.0.lock().unwrap_or_else(|p| p.into_inner());

@@ -57,8 +57,17 @@ impl Worker {
             Some((l, c)) => (l, c, hi - lo),
             None => self.evaluate(replica, lo..hi, &known),
         };
-        // (found in this pass: evaluated again without it)
-        let now = lost();
+        // (found in this pass, here or by another process, whose files may be damaged where
+        // this one's are not: evaluated again without it, every process over the same classes)
+        let mut now = lost();
+        if let Some(p) = (self.val.pictures.as_ref()).filter(|_| self.local.len() < self.ranks) {
+            let mut mask = vec![0.0f32; self.val.classes];
+            now.iter().for_each(|&c| mask[c as usize] = 1.0);
+            self.coll.all_reduce_sum(&mut mask)?;
+            let elsewhere = (0..mask.len() as u32).filter(|&c| mask[c as usize] > 0.0);
+            elsewhere.for_each(|c| p.lost.add_elsewhere(c));
+            now = lost();
+        }
         if now != known {
             (loss, correct, counted) = self.evaluate(replica, lo..hi, &now);
         }
