@@ -437,10 +437,13 @@ fn a_tables_held_out_rows_take_the_runs_recorded_scaling() {
     std::fs::write(d.join("train.csv"), rows(150, 0)).unwrap();
     let after = held_out("after the training file changed");
     assert_eq!(before["loss"], after["loss"]);
-    // the run's training split is not known now: its rows are not counted among a held-out set
+    // the run's training split is not known now: its rows are not counted among a held-out
+    // set, said
     let o = run_in(d, &["eval", "runs/tab", "--data", "csv:mixed.csv"]);
     assert!(
-        o.status.success() && !text(&o).contains("the run trained on"),
+        o.status.success()
+            && !text(&o).contains("have the values of a sample the run trained on")
+            && text(&o).contains("are ones the run trained on is not checked"),
         "{}",
         text(&o)
     );
@@ -516,6 +519,28 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
         "{out}"
     );
     assert!(out.contains("csv test.csv: 40 samples"), "{out}");
+    // one without a header (line 1 a sample): read whole, not its line 1 taken for the header
+    let text_of = std::fs::read_to_string(d.join("test.csv")).unwrap();
+    let bare = text_of.split_once('\n').unwrap().1;
+    std::fs::write(d.join("bare.csv"), bare).unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:bare.csv"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        !out.contains("read as the run read") && out.contains("csv bare.csv: 40 samples"),
+        "{out}"
+    );
+    // the training file moved away: rows it shares are not counted, said (it was silent)
+    std::fs::rename(d.join("train.csv"), d.join("moved.csv")).unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:bare.csv"]);
+    std::fs::rename(d.join("moved.csv"), d.join("train.csv")).unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("are ones the run trained on is not checked: its training data (--data csv:")
+            && out.contains("train.csv,header) does not read as it did"),
+        "{out}"
+    );
     // given any option of its own (the default's too), it is read as they say
     let o = run_in(d, &["eval", "r1", "--data", "csv:test.csv,label=last"]);
     let out = text(&o);

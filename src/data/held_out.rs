@@ -328,15 +328,21 @@ pub fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, Str
     else {
         return None;
     };
+    // (the run's header where this file has one: a line 1 of numbers is a sample)
+    let sample = header && super::csv::line_one_is_a_sample(path, label);
     let read = DataSpec::Csv {
         path: path.clone(),
         label,
-        header,
+        header: header && !sample,
         shape,
+    };
+    let why = match sample {
+        true => ", but not its header: line 1 here is a row of numbers",
+        false => "",
     };
     (read != *spec).then(|| {
         let note = format!(
-            "--data {spec} read as the run read its CSV ({run}): as {read} (give it options of its own to read it otherwise)"
+            "--data {spec} read as the run read its CSV ({run}{why}): as {read} (give it options of its own to read it otherwise)"
         );
         (read, note)
     })

@@ -83,6 +83,22 @@ pub(super) fn features_of_first_row(
     }
 }
 
+/// Whether line 1 of `path` reads as a row of samples (every field but the label column's a
+/// number): not a header, whatever another file's reading says. False where it cannot be read.
+pub(crate) fn line_one_is_a_sample(path: &Path, label: LabelColumn) -> bool {
+    let Some((fields, _)) = leading(path, true) else {
+        return false;
+    };
+    let lc = match label {
+        LabelColumn::First => 0,
+        LabelColumn::Last => fields.len().saturating_sub(1),
+        LabelColumn::Index(c) => c,
+    };
+    fields.len() > 1
+        && lc < fields.len()
+        && (fields.iter().enumerate()).all(|(j, f)| j == lc || f.trim().parse::<f64>().is_ok())
+}
+
 /// The position of the column `name` heads in line 1 (the header) of `path`: `label=NAME`.
 /// Err: why not, naming the columns there are.
 pub(super) fn column_named(path: &Path, name: &str) -> Result<usize, String> {

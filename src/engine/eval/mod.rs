@@ -257,11 +257,18 @@ fn given_set(
         h.notes.insert(0, format!(
             "--data {spec} is, or holds, the data the run trained on: these figures show how the training set is fit, not how the model does on data it has not seen; eval without --data takes the run's validation set"
         ));
-    } else if let Some(k) = trained_on(cfg, meta, &h.set, pictures).filter(|&k| k > 0) {
-        h.notes.insert(0, format!(
-            "{k} of the {} samples of --data {spec} have the values of a sample the run trained on (rows of its training split): figures on them show how the training set is fit, not how the model does on data it has not seen; evaluate on rows it did not train on",
-            h.set.len()
-        ));
+    } else if !pictures {
+        match trained_on(cfg, meta, &h.set) {
+            Some(0) => {}
+            Some(k) => h.notes.insert(0, format!(
+                "{k} of the {} samples of --data {spec} have the values of a sample the run trained on (rows of its training split): figures on them show how the training set is fit, not how the model does on data it has not seen; evaluate on rows it did not train on",
+                h.set.len()
+            )),
+            None => h.notes.push(format!(
+                "whether samples of --data {spec} are ones the run trained on is not checked: its training data (--data {}) does not read as it did (moved, changed or removed)",
+                cfg.data
+            )),
+        }
     }
     let inputs = meta.inputs.as_deref().unwrap_or("as the run made them");
     Ok((h.set, format!("{}; inputs {inputs}", h.what), h.notes))
@@ -269,17 +276,9 @@ fn given_set(
 
 /// How many of a table's held-out samples `set` (made as the run made its validation samples)
 /// are samples of the run's training split, where its data still reads as the checkpoint
-/// recorded it; None for pictures and where it does not.
-fn trained_on(
-    cfg: &RunConfig,
-    meta: &CheckpointMeta,
-    set: &Dataset,
-    pictures: bool,
-) -> Option<usize> {
-    // (a table's run: its file read again, as small as the tables it trains on)
-    if pictures {
-        return None;
-    }
+/// recorded it; None where it does not. (A table's run: its file read again, as small as the
+/// tables it trains on.)
+fn trained_on(cfg: &RunConfig, meta: &CheckpointMeta, set: &Dataset) -> Option<usize> {
     let loaded = runs_data(cfg, meta).ok()?;
     Some(data::shared_rows(&loaded.train, set))
 }
