@@ -339,7 +339,7 @@ fn bad_folders_are_clear_errors_and_bad_files_are_skipped() {
     let stood_in = sample(&d.train, 7, 0);
     let failures = set.take_failures();
     assert!(
-        failures.len() == 1 && failures[0].contains("c_cut.png"),
+        failures.len() == 1 && failures[0].message.contains("c_cut.png") && failures[0].stood_in,
         "{failures:?}"
     );
     assert_eq!(
@@ -1098,6 +1098,14 @@ fn validation_pictures_that_do_not_decode_are_said_and_a_class_of_none_is_left_o
         "{text}"
     );
     assert!(text.contains("val loss"), "{text}");
+    // (its files said, with no stand-in claimed: none decodes)
+    let skipped: Vec<&str> = (text.lines())
+        .filter(|l| l.contains("skipped") && l.contains("val/dog/"))
+        .collect();
+    assert!(
+        skipped.len() == 2 && skipped.iter().all(|l| !l.contains("stands in")),
+        "{text}"
+    );
     let o = common::cli::run_in(tmp.path(), &["eval", "none"]);
     let text = common::cli::text(&o);
     assert!(o.status.success(), "{text}");
@@ -1112,7 +1120,9 @@ fn validation_pictures_that_do_not_decode_are_said_and_a_class_of_none_is_left_o
     let text = common::cli::text(&o);
     assert!(o.status.success(), "{text}");
     assert!(
-        text.contains("skipped") && text.contains("val/dog/1.png"),
+        (text.lines()).any(|l| l.contains("skipped")
+            && l.contains("val/dog/1.png")
+            && l.contains("another picture of its class stands in for it")),
         "{text}"
     );
     let o = common::cli::run_in(tmp.path(), &["eval", "one", "--data", "images:pics/val"]);

@@ -29,7 +29,7 @@ pub struct ImageSet {
     failed: Vec<AtomicBool>,
     failures: AtomicUsize,
     /// Failures not yet reported.
-    news: Mutex<Vec<String>>,
+    news: Mutex<Vec<Skipped>>,
     /// Each label's class name (a folder's, CIFAR's), in label order; empty where unnamed.
     names: Vec<String>,
 }
@@ -154,24 +154,36 @@ impl ImageSet {
     /// same one every time. Where none can, why (the class's samples would be blank).
     fn picture(&self, among: &[u32], at: usize) -> Result<Arc<Picture>, String> {
         let (n, i) = (among.len(), among[at] as usize);
+        let mut failed = Vec::new();
+        let tell = |stood_in: bool, failed: Vec<String>| {
+            let mut news = self.news.lock().expect("image failures lock");
+            news.extend(
+                failed
+                    .into_iter()
+                    .map(|message| Skipped { message, stood_in }),
+            );
+        };
         for k in 0..n {
             let j = among[(at + k) % n] as usize;
             if self.labels[j] != self.labels[i] || self.failed[j].load(Ordering::Relaxed) {
                 continue;
             }
             match self.load(j) {
-                Ok(p) => return Ok(p),
+                Ok(p) => {
+                    tell(true, failed);
+                    return Ok(p);
+                }
                 Err(why) => {
                     if !self.failed[j].swap(true, Ordering::Relaxed) {
                         self.failures.fetch_add(1, Ordering::Relaxed);
                         // (a line break in a file's name would split the log's line)
                         let name = crate::text::printable(&self.files[j].display().to_string());
-                        let msg = format!("skipped {name}: {why}");
-                        self.news.lock().expect("image failures lock").push(msg);
+                        failed.push(format!("skipped {name}: {why}"));
                     }
                 }
             }
         }
+        tell(false, failed);
         let files = (among.iter()).filter(|&&j| self.labels[j as usize] == self.labels[i]);
         let (files, all) = (files.count(), self.labels.len() == n);
         let class =
@@ -184,8 +196,8 @@ impl ImageSet {
         ))
     }
 
-    /// Files that failed to decode since the last call, one line each.
-    pub fn take_failures(&self) -> Vec<String> {
+    /// Files that failed to decode since the last call, one each.
+    pub fn take_failures(&self) -> Vec<Skipped> {
         std::mem::take(&mut *self.news.lock().expect("image failures lock"))
     }
 
@@ -198,6 +210,14 @@ impl ImageSet {
     pub fn failures(&self) -> usize {
         self.failures.load(Ordering::Relaxed)
     }
+}
+
+/// A picture file that failed to decode, as said: `skipped FILE: why`, and whether another
+/// picture of its class stands in for it (none does where the class is lost).
+#[derive(Debug)]
+pub struct Skipped {
+    pub message: String,
+    pub stood_in: bool,
 }
 
 /// One split of an image set: its rows of the set and how they become samples.
@@ -333,7 +353,10 @@ mod tests {
         let told = split.set.take_failures();
         assert_eq!(told.len(), 1, "{told:?}");
         assert!(
-            told[0].contains("a.png: it is 2x8 now, 4x4 when the run read"),
+            told[0].stood_in
+                && told[0]
+                    .message
+                    .contains("a.png: it is 2x8 now, 4x4 when the run read"),
             "{told:?}"
         );
         assert!(split.lost.first().is_none());

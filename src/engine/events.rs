@@ -245,8 +245,8 @@ pub enum Event {
         step: u64,
         ranks: usize,
     },
-    /// A picture file could not be decoded: another picture of its class stands in for it from
-    /// now on (told once per file).
+    /// A picture file could not be decoded (told once per file): another picture of its class
+    /// stands in for it from now on, where one decodes (the message says so).
     DataSkipped {
         step: u64,
         message: String,

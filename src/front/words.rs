@@ -454,7 +454,7 @@ pub fn event_line(ev: &Event, budget: Budget, accum: usize) -> Option<String> {
             "replicas in sync at step {step}: all {ranks} ranks' parameters hash the same (checked every --log-every steps, every 50th for auto)"
         ),
         Event::DataSkipped { step, message } => format!(
-            "WARNING at step {step}: {message}; another image of its class stands in for it"
+            "WARNING at step {step}: {message}"
         ),
         Event::Warning { step, message } => format!("WARNING at step {step}: {message}"),
         Event::DeviceNote { rank, message } => format!("note: rank {rank}: {message}"),

@@ -111,7 +111,8 @@ pub fn evaluate(
     // none of whose pictures decode was evaluated on blank samples: evaluated again without it
     if let Some(p) = &set.pictures {
         notes.extend(
-            (p.set.take_failures().into_iter()).map(|s| format!("{s}; left out of the figures")),
+            (p.set.take_failures().into_iter())
+                .map(|s| format!("{}; left out of the figures", s.message)),
         );
         let lost = p.lost.labels();
         if !lost.is_empty() {

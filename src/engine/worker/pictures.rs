@@ -40,7 +40,14 @@ impl Worker {
         if self.rank != self.local.start {
             return;
         }
-        for message in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
+        for skipped in self.picture_sets.iter().flat_map(|s| s.take_failures()) {
+            let message = match skipped.stood_in {
+                true => format!(
+                    "{}; another picture of its class stands in for it",
+                    skipped.message
+                ),
+                false => skipped.message,
+            };
             let step = self.step;
             let _ = self.events.send(Event::DataSkipped { step, message });
         }
