@@ -1538,3 +1538,34 @@ fn fixed_batch_norms_a_partial_file_gives_no_statistics_are_said() {
         "{note}"
     );
 }
+
+/// `--init` weights whose outputs overflow stop the run at its first step, the file blamed:
+/// no learning rate made the loss of a step before any update (the message said to lower it).
+#[test]
+fn init_weights_that_overflow_are_blamed_not_the_learning_rate() {
+    let m = Model::new(Shape::Flat(12), &"mlp:16".parse().unwrap(), 4).unwrap();
+    let huge = f32_file(
+        (m.tensors.iter())
+            .map(|t| (t.name.clone(), vec![1e30; t.range().len()], t.shape.clone()))
+            .collect(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let init = huge.path().display().to_string();
+    let args = [
+        "--headless",
+        "--data",
+        "synthetic:301,12,4",
+        "--model",
+        "mlp:16",
+    ];
+    let more = ["--steps", "3", "--lr", "1e-9", "--init", &init];
+    let o = run_in(dir.path(), &[&args[..], &more[..]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not finite at step 1, the run's first, before any update")
+            && err.contains(&format!("--init {init}"))
+            && !err.contains("lower --lr"),
+        "{err}"
+    );
+}

@@ -127,6 +127,7 @@ pub(super) fn workers(l: Launch, decider: Option<Decider>) -> Result<Vec<Handle>
             stats: l.stats.clone(),
             t0: l.t0,
             step: start.step,
+            started_at: start.step,
             cursor: start.cursor,
             per_replica: start.per_replica,
             first_per_replica: start.per_replica,

@@ -22,11 +22,14 @@ pub enum EngineError {
     /// A refusal every process of a run meets alike as they meet (process 0 says it).
     #[error("{0}")]
     Shared(String),
-    #[error("training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr, more --warmup, or --clip-grad-norm 1.0", .checkpoint.as_ref().map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default())]
+    #[error("{}", non_finite(*.step, *.epoch, .checkpoint.as_deref(), .started_from.as_deref()))]
     NonFinite {
         step: u64,
         epoch: u64,
         checkpoint: Option<PathBuf>,
+        /// What the run started from, where `step` is its first (the loss came before any
+        /// update: no learning rate made it so).
+        started_from: Option<String>,
     },
     #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
     WorkerPanic {
@@ -40,6 +43,25 @@ pub enum EngineError {
     Collective(#[from] CollectiveError),
     #[error(transparent)]
     Gpu(#[from] crate::backend::cuda::CudaError),
+}
+
+/// A loss (or weights) not finite, said: at the run's first step, what it started from is to
+/// blame (or its inputs); later, the training's settings.
+fn non_finite(
+    step: u64,
+    epoch: u64,
+    checkpoint: Option<&std::path::Path>,
+    started_from: Option<&str>,
+) -> String {
+    match started_from {
+        Some(from) => format!(
+            "the loss is not finite at step {step}, the run's first, before any update: the weights it started from ({from}) or its inputs give outputs that overflow (NaN or infinity); all ranks stopped; start from other weights, or check the data's values (--normalize scales them)"
+        ),
+        None => format!(
+            "training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr, more --warmup, or --clip-grad-norm 1.0",
+            checkpoint.map(|p| format!(", last good checkpoint: {}", p.display())).unwrap_or_default()
+        ),
+    }
 }
 
 /// The outcome of a run that did not fail.

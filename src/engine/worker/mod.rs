@@ -75,6 +75,9 @@ pub(super) struct Worker {
     pub stats: Sender<StepStats>,
     pub t0: Instant,
     pub step: u64,
+    /// The step this run started at (0, or its resume's): its next step's loss comes before
+    /// any update of the run.
+    pub started_at: u64,
     pub cursor: Cursor,
     pub per_replica: usize,
     /// The batch per replica this worker started at (`warm_share`'s).
@@ -158,6 +161,23 @@ impl Worker {
         match self.cfg.budget {
             Budget::Epochs(e) => self.cursor.epoch >= e,
             Budget::Steps(s) => self.step >= s,
+        }
+    }
+
+    /// The run's stop at a loss (or weights) not finite at `step` of `epoch`: where that is
+    /// the run's first step, no update made it so, and what it started from is named.
+    fn non_finite(&self, step: u64, epoch: u64) -> EngineError {
+        let started_from =
+            (step == self.started_at + 1).then(|| match (&self.cfg.resume, &self.cfg.init) {
+                (Some(point), _) => format!("the checkpoint it resumed from, {}", point.display()),
+                (None, Some(init)) => format!("--init {}", init.display()),
+                (None, None) => "its seeded initial weights".into(),
+            });
+        EngineError::NonFinite {
+            step,
+            epoch,
+            checkpoint: self.last_checkpoint_path(),
+            started_from,
         }
     }
 
@@ -279,11 +299,7 @@ impl Worker {
                 // weights (`report` checks again, for late reports, which come after it)
                 let loss = (m.loss_sum / m.samples.max(1.0)) as f32;
                 if !loss.is_finite() {
-                    return Err(EngineError::NonFinite {
-                        step: next,
-                        epoch: self.cursor.epoch + 1,
-                        checkpoint: self.last_checkpoint_path(),
-                    });
+                    return Err(self.non_finite(next, self.cursor.epoch + 1));
                 }
             }
             self.beats.beat(self.rank, next, Phase::Update);

@@ -94,11 +94,7 @@ impl Worker {
         let Reported { m, moved, device } = r;
         stats.loss = (m.loss_sum / m.samples.max(1.0)) as f32;
         if !stats.loss.is_finite() {
-            return Err(EngineError::NonFinite {
-                step: stats.step,
-                epoch: stats.epoch,
-                checkpoint: self.last_checkpoint_path(),
-            });
+            return Err(self.non_finite(stats.step, stats.epoch));
         }
         stats.accuracy = (m.correct / m.samples.max(1.0)) as f32;
         stats.grad_norm = m.grad_norm;

@@ -98,10 +98,12 @@ impl Worker {
         let state = self.strategy.export(replica, self.step);
         if state.params.iter().any(|p| !p.is_finite()) {
             // a finite loss can still come with an overflowing update; never save such weights
+            // (after an update: the training's settings to blame, the first step's too)
             return Err(EngineError::NonFinite {
                 step: self.step,
                 epoch: self.cursor.epoch + 1,
                 checkpoint: self.last_checkpoint_path(),
+                started_from: None,
             });
         }
         let cfg = &self.cfg;
