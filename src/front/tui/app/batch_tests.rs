@@ -141,3 +141,58 @@ fn a_batch_another_screen_asked_for_replaces_this_screen_s_ask() {
         Some(Action::Control(Control::SetBatch(32)))
     );
 }
+
+/// Another client's batch change after ours was answered: the footer says the newer batch
+/// (it kept saying ours, the header saying the other's).
+#[test]
+fn another_clients_change_replaces_the_footers_answer_to_ours() {
+    let mut app = running(false);
+    app.handle_key(key(']'));
+    control(
+        &mut app,
+        5,
+        Applied::BatchSize {
+            from: 32,
+            to: 64,
+            lr: 1e-3,
+        },
+    );
+    assert!(
+        app.flash.as_ref().unwrap().contains("32 -> 64"),
+        "{:?}",
+        app.flash
+    );
+    control(
+        &mut app,
+        9,
+        Applied::BatchSize {
+            from: 64,
+            to: 32,
+            lr: 1e-3,
+        },
+    );
+    assert!(
+        app.flash.as_ref().unwrap().contains("64 -> 32"),
+        "{:?}",
+        app.flash
+    );
+}
+
+/// The header's learning rate is a batch change's with its batch, before a step of it is
+/// reported (the batch new, the rate old, a moment).
+#[test]
+fn a_batch_changes_learning_rate_comes_with_it() {
+    let mut app = running(false);
+    let before = app.lr();
+    let lr = before * 2.0;
+    control(
+        &mut app,
+        5,
+        Applied::BatchSize {
+            from: 32,
+            to: 64,
+            lr,
+        },
+    );
+    assert_eq!((app.per_replica, app.lr()), (64, lr));
+}

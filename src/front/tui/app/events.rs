@@ -101,6 +101,9 @@ impl App {
         self.samples_per_sec = samples_per_sec;
         self.eta = self.monitor.eta();
         self.count_row(&row);
+        if self.lr_from.is_some_and(|(from, _)| row.step >= from) {
+            self.lr_from = None;
+        }
         self.last_row = Some(row);
     }
 
@@ -213,7 +216,7 @@ impl App {
                     self.state = RunState::Running;
                 }
             }
-            Event::Control { applied, .. } => match applied {
+            Event::Control { applied, step } => match applied {
                 Applied::Paused => {
                     self.paused_at = Some(self.now);
                     self.pending_pause = None;
@@ -232,8 +235,9 @@ impl App {
                         self.state = RunState::Running;
                     }
                 }
-                Applied::BatchSize { to, .. } => {
+                Applied::BatchSize { to, lr, .. } => {
                     self.per_replica = *to;
+                    self.lr_from = Some((step + 1, *lr));
                     self.split = None;
                     self.batch_applied(*to);
                 }
@@ -323,7 +327,9 @@ impl App {
             }
         }
         if let Some(line) = event_line(&e, self.info.budget, self.info.grad_accum) {
-            if answers {
+            // (another client's change while the footer speaks: the newer state, not ours)
+            let supersedes = matches!(e, Event::Control { .. }) && self.flash.is_some();
+            if answers || supersedes {
                 self.flash = Some(line.clone());
             }
             let level = match e {

@@ -172,6 +172,9 @@ pub struct App {
     pub samples_per_sec: Option<f64>,
     pub eta: Option<Duration>,
     pub per_replica: usize,
+    /// The learning rate a batch change set, and the step it trains from: the header's until
+    /// a step of it is reported (the last step's row has the old one).
+    pub lr_from: Option<(u64, f32)>,
     /// Samples per rank when `--rebalance` has cut the global batch unevenly.
     pub split: Option<Vec<usize>>,
     /// A batch change asked for and not yet applied by the ranks: (from, to). (Which step it
@@ -239,6 +242,7 @@ impl App {
             monitor: Monitor::new(info.ranks()),
             paused_at: None,
             per_replica: info.per_replica,
+            lr_from: None,
             split: None,
             info,
             readonly,
@@ -440,6 +444,15 @@ impl App {
                 self.note(Level::Warn, format!("refused: {why}"));
                 self.flash = Some(why);
             }
+        }
+    }
+
+    /// The learning rate the run trains at: the last step's, or a batch change's from the
+    /// step it applies at (the last step's row has the old one until a step of it comes).
+    pub fn lr(&self) -> f32 {
+        match (self.lr_from, &self.last_row) {
+            (Some((_, lr)), _) => lr,
+            (None, row) => row.as_ref().map_or(self.info.lr, |r| r.lr),
         }
     }
 

@@ -200,7 +200,7 @@ pub fn render_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.badge(theme.warn),
         ));
     }
-    let lr = row.map_or(info.lr, |r| r.lr);
+    let lr = app.lr();
     l3.push(sep(theme));
     l3.push(Span::raw(format!("lr {lr:.2e}")));
     l3.push(sep(theme));
