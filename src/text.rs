@@ -176,9 +176,15 @@ pub fn first_of(names: &[String], shown: usize) -> String {
 /// control characters escaped (`\r`, `\u{1b}`), so a field can neither flood nor drive the
 /// terminal.
 pub fn excerpt(s: &str) -> String {
-    let head: String = s.chars().take(EXCERPT_CHARS).collect();
+    excerpt_of(s, EXCERPT_CHARS)
+}
+
+/// [`excerpt`] of at most `max` characters: for text that is told whole where it is what
+/// the program wrote (a recipe's words), bounded where a file wrote it.
+pub fn excerpt_of(s: &str, max: usize) -> String {
+    let head: String = s.chars().take(max).collect();
     let mut out = printable(&head);
-    if s.chars().nth(EXCERPT_CHARS).is_some() {
+    if s.chars().nth(max).is_some() {
         out.push('…');
     }
     out

@@ -123,7 +123,8 @@ pub fn inputs_apart(theirs: &str, ours: &str) -> (String, String) {
         if last > 0 {
             middle.push("…");
         }
-        crate::text::excerpt(&middle.join(", "))
+        // (a normalisation's words are over 100 characters: the difference may be in them)
+        crate::text::excerpt_of(&middle.join(", "), 240)
     };
     (said(&a), said(&b))
 }
@@ -133,8 +134,8 @@ pub fn inputs_apart(theirs: &str, ours: &str) -> (String, String) {
 pub fn how_apart(theirs: &str, ours: &str) -> &'static str {
     use crate::data::InputRecipe;
     match InputRecipe::values_part(theirs) {
-        Some(v) if InputRecipe::values_part(ours) == Some(v) => "its pictures were sized or cropped otherwise, their values normalised alike (where that was not meant, size them as its run did)",
-        _ => "its first layer starts on values prepared otherwise (prepare them as its run did where that was not meant)",
+        Some(v) if InputRecipe::values_part(ours) == Some(v) => "its pictures were sized or cropped otherwise, their values normalised alike; where that was not meant, size them as its run did (--image-size)",
+        _ => "its first layer starts on values prepared otherwise; where that was not meant, prepare them as its run did (--image-size, --normalize)",
     }
 }
 
