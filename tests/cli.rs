@@ -143,6 +143,12 @@ fn headless_run_on_two_workers_logs_plain_lines_and_writes_the_documented_jsonl(
             assert!(d["mem_access"].is_null() && d["temp_c"].is_null(), "{d}");
         }
     }
+    // the last, at the end, measures no process memory: the ranks' was given back by then (a
+    // finished run's memory read as what was left, under half of what it took)
+    assert!(
+        telemetry.last().unwrap()["process_rss"].is_null(),
+        "{telemetry:?}"
+    );
     assert_eq!(lines.last().unwrap()["type"], "end");
     assert_eq!(lines.last().unwrap()["status"], "completed");
 }

@@ -301,12 +301,17 @@ impl Watch {
     /// The devices' telemetry at `t` since the start (covering the time since the one before);
     /// none once the end was heard (the last, at the end's time, comes before it: `end`).
     pub fn sample(&mut self, t: Duration) {
+        self.sample_with(t, process_memory());
+    }
+
+    /// [`sample`](Self::sample) with the process's memory given (`None`: not measured).
+    fn sample_with(&mut self, t: Duration, memory: Option<(u64, u64)>) {
         self.release_early(Some(t));
         if self.ending() {
             return;
         }
         let devices = self.telemetry.sample(t);
-        self.sampled(t, devices, process_memory());
+        self.sampled(t, devices, memory);
         // (other work taking the cores, here and on the other processes' machines: said
         // where the detector finds it held; another machine's taken back where its loads stop
         // coming)
@@ -368,8 +373,9 @@ impl Watch {
         }
         self.recorder.catch_up();
         // (stamped no later than the end, which follows it in the file: a reader's wall time
-        // is the end's)
-        self.sample(end.as_ref().map_or(now, |e| e.1));
+        // is the end's; the process's memory left out, the ranks' given back by now: a
+        // finished run's last figure was what was left after the training, not what it took)
+        self.sample_with(end.as_ref().map_or(now, |e| e.1), None);
         if let Some((ev, t)) = end {
             self.record(ev, t);
         }
