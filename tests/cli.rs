@@ -518,6 +518,11 @@ fn divergence_and_worker_panics_exit_1_naming_the_step() {
         out.contains("not finite at step") && out.contains("--lr"),
         "{out}"
     );
+    // its figures as far as it got, as a finished run's (a failed run's log had none)
+    assert!(
+        (out.lines()).any(|l| l.contains("] summary: ") && l.contains("samples/s of training")),
+        "{out}"
+    );
     let o = run_in(
         dir.path(),
         &["--headless", "--devices", "cpu:3", "--inject-panic", "2:4"],

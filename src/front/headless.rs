@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::sync::{sync_note, Ends};
 use super::units;
 use super::words::{describe, event_line, step_line};
-use crate::engine::events::{Applied, Event};
+use crate::engine::events::{Applied, Ending, Event};
 use crate::engine::{Engine, EngineError, RunInfo, RunResult};
 use crate::front::summary::{Flags, Spikes, Summary};
 use crate::front::watch::{Seen, Watch};
@@ -50,6 +50,9 @@ struct Log<'a> {
     eta: Option<Duration>,
     /// The latest time a line was stamped with.
     stamped: Duration,
+    /// The newest step reported, and whether the run's end (`Finished`) was said.
+    reached: u64,
+    ended: bool,
 }
 
 impl<'a> Log<'a> {
@@ -67,6 +70,8 @@ impl<'a> Log<'a> {
             flags: Flags::default(),
             eta: None,
             stamped: Duration::ZERO,
+            reached: 0,
+            ended: false,
             info,
         }
     }
@@ -131,15 +136,30 @@ impl<'a> Log<'a> {
         }
         self.on_event(ev, t);
         if let Event::Finished { step, ending } = *ev {
-            let summary = Summary {
-                best_val_accuracy: self.best_val,
-                grad_spikes: self.spikes.clone(),
-                flags: self.flags.clone(),
-                ..Summary::of(step, ending, t, &self.totals.unwrap_or_default())
-            };
-            let figures = summary.figures(&self.info);
-            let at = self.stamp(t);
-            put(self.out, format_args!("{at} summary: {figures}"));
+            self.summary(step, ending, t);
+        }
+    }
+
+    /// The `summary:` line of a run that ended at `step` after `t`.
+    fn summary(&mut self, step: u64, ending: Ending, t: Duration) {
+        self.ended = true;
+        let summary = Summary {
+            best_val_accuracy: self.best_val,
+            grad_spikes: self.spikes.clone(),
+            flags: self.flags.clone(),
+            ..Summary::of(step, ending, t, &self.totals.unwrap_or_default())
+        };
+        let figures = summary.figures(&self.info);
+        let at = self.stamp(t);
+        put(self.out, format_args!("{at} summary: {figures}"));
+    }
+
+    /// A failed run's end (its error said after, by the caller): its figures as far as it got,
+    /// as a finished run's (it sends no end of its own).
+    fn failed(&mut self) {
+        if !self.ended {
+            // (how it ended is the error's to say: the figures do not tell)
+            self.summary(self.reached, Ending::Stopped, self.stamped);
         }
     }
 
@@ -162,6 +182,7 @@ impl<'a> Log<'a> {
             self.print_step(&row, rate);
         }
         self.totals = row.totals.or(self.totals);
+        self.reached = self.reached.max(row.step);
         self.unprinted = (!due).then_some((row, rate));
     }
 
@@ -262,8 +283,11 @@ pub fn run(
         log.show(seen);
     }
     log.show(watcher.rest());
-    let _ = log.out.flush();
     let result = engine.join();
+    if result.is_err() {
+        log.failed();
+    }
+    let _ = log.out.flush();
     // (a log that could not be written, a full disk: said where it cannot be missed; a closed
     // pipe, `| head`, was meant)
     if let Some(e) = out
