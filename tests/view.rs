@@ -745,7 +745,7 @@ fn a_run_stopped_past_its_checkpoint_says_the_steps_a_resume_leaves_out() {
         .map(|(_, r)| r.to_string())
         .unwrap_or_else(|| panic!("{log}"));
     assert!(
-        said.contains(" steps after it were stopped without one)"),
+        said.contains(" steps trained after it are not in it)"),
         "{log}"
     );
     let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);

@@ -63,17 +63,17 @@ pub fn step_of(dir: &Path) -> Option<u64> {
         .ok()
 }
 
-/// ` (its checkpoint of step S: the N steps after it were stopped without one)`: what a resume
-/// from the checkpoint of step `saved` leaves out of a run stopped at `stopped`; nothing where it
-/// leaves nothing or the checkpoint's step is not known (0).
+/// ` (its checkpoint of step S: the N steps trained after it are not in it)`: what a resume from
+/// the checkpoint of step `saved` leaves out of a run that ended (stopped, failed, killed) at
+/// `stopped`; nothing where it leaves nothing or the checkpoint's step is not known (0).
 pub fn steps_lost(saved: u64, stopped: u64) -> String {
     match stopped.saturating_sub(saved) {
         n if n == 0 || saved == 0 => String::new(),
         1 => {
-            format!(" (its checkpoint of step {saved}: the step after it was stopped without one)")
+            format!(" (its checkpoint of step {saved}: the step trained after it is not in it)")
         }
         n => format!(
-            " (its checkpoint of step {saved}: the {n} steps after it were stopped without one)"
+            " (its checkpoint of step {saved}: the {n} steps trained after it are not in it)"
         ),
     }
 }
