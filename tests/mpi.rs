@@ -509,6 +509,37 @@ fn scale_measures_device_counts_over_processes() {
         err.contains("cannot be shared evenly by 2 processes"),
         "{err}"
     );
+    // a grid the processes are given otherwise: refused before a point, by process 0 (the
+    // first point one has and the other has not waited for ever)
+    let one = |counts: &str| {
+        [
+            "scale",
+            "--data",
+            "synthetic:301,12,4",
+            "--model",
+            "mlp:16,8",
+        ]
+        .into_iter()
+        .chain(["--counts", counts, "--batches", "8", "--repeat", "1"])
+        .chain([
+            "--seconds",
+            "0.3",
+            "--warmup-steps",
+            "5",
+            "--prefetch-modes",
+            "on",
+        ])
+        .map(String::from)
+        .collect::<Vec<String>>()
+    };
+    let started = std::time::Instant::now();
+    let err = refused_pair(&one("2,4"), &one("2"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(
+        err.contains("process 1 measures --counts 2, process 0 --counts 2,4")
+            && err.matches("process 1 measures").count() == 1,
+        "{err}"
+    );
 }
 
 #[test]

@@ -105,3 +105,76 @@ pub(super) fn points(
     }
     Ok(())
 }
+
+/// Refuses a grid other processes of the job measure otherwise (their `--counts`, `--batches`,
+/// `--prefetch-modes`, `--strategies`, `--warmup-steps`, `--seconds` or `--repeat` given
+/// otherwise, or counts taken from machines of other core counts): every process measures each
+/// point together, so the first point one process has and another has not waited for ever.
+/// Every process compares; process 0 says it.
+pub(super) fn same_plan(
+    procs: &dyn crate::comm::Processes,
+    plan: &super::Plan,
+) -> Result<(), crate::engine::EngineError> {
+    let list = |v: Vec<String>| v.join(",");
+    let flags = |plan: &super::Plan| -> Vec<(String, String)> {
+        [
+            (
+                "--counts",
+                list(plan.counts.iter().map(|c| c.to_string()).collect()),
+            ),
+            (
+                "--batches",
+                list(plan.batches.iter().map(|b| b.to_string()).collect()),
+            ),
+            (
+                "--prefetch-modes",
+                list(
+                    (plan.prefetch.iter())
+                        .map(|&on| if on { "on" } else { "off" }.into())
+                        .collect(),
+                ),
+            ),
+            (
+                "--strategies",
+                list(plan.strategies.iter().map(|s| s.to_string()).collect()),
+            ),
+            ("--warmup-steps", plan.warmup_steps.to_string()),
+            ("--seconds", format!("{}", plan.timed.as_secs_f64())),
+            ("--repeat", plan.repeat.to_string()),
+        ]
+        .map(|(f, v)| (f.to_string(), v))
+        .to_vec()
+    };
+    let mine = serde_json::to_vec(&flags(plan)).expect("plain data serializes");
+    let met = |e| crate::engine::EngineError::Config(format!("the processes could not meet: {e}"));
+    let all = crate::comm::processes::gather_vecs(procs, &mine).map_err(met)?;
+    let read = |b: &[u8]| serde_json::from_slice::<Vec<(String, String)>>(b).unwrap_or_default();
+    let lead = read(&all[0]);
+    for (p, theirs) in all.iter().enumerate().skip(1) {
+        for ((flag, ours), (_, theirs)) in lead.iter().zip(read(theirs)) {
+            if *ours != theirs {
+                return Err(crate::engine::EngineError::Shared(format!(
+                    "process {p} measures {flag} {theirs}, process 0 {flag} {ours}: the processes measure each point together, so every process must be given scale's flags alike (where --counts is not given, each takes it from its machine's cores: give it); give every process the same flags"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses central storage where a point spans processes (`n`), before anything is measured:
+/// its points past one device would fail one by one. (Every process meets it: said by
+/// process 0.)
+pub(super) fn spanning_strategies(
+    n: usize,
+    counts: &[usize],
+    listed: &[crate::engine::strategy::Strategy],
+) -> Result<(), crate::engine::EngineError> {
+    let spanning = counts.iter().any(|&c| c > 1);
+    if n > 1 && spanning && listed.contains(&crate::engine::strategy::Strategy::CentralStorage) {
+        return Err(crate::engine::EngineError::Config(format!(
+            "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span the {n} processes a point of more than one device runs on: leave it out of --strategies here, or compare it with `scale` in one process"
+        )));
+    }
+    Ok(())
+}

@@ -389,15 +389,7 @@ fn grid(
         None => vec![base.strategy],
     };
     let listed = held::timing_local_sgd(listed, warmup_given, args.warmup_steps);
-    // (refused before anything is measured: its points past one device would fail one by one)
-    let spanning = counts.iter().any(|&c| c > 1);
-    if n > 1 && spanning && listed.contains(&Strategy::CentralStorage) {
-        // (every process meets it: said by process 0)
-        return Err(crate::engine::EngineError::Config(format!(
-            "--strategy central-storage keeps the one copy of the model in one process's memory, so it cannot span the {n} processes a point of more than one device runs on: leave it out of --strategies here, or compare it with `scale` in one process"
-        ))
-        .into());
-    }
+    checks::spanning_strategies(n, &counts, &listed)?;
     let plan = Plan {
         gpus,
         counts,
@@ -408,6 +400,9 @@ fn grid(
         timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
     };
+    if let Some(j) = &procs {
+        checks::same_plan(j.as_ref(), &plan)?;
+    }
     let say = |line: &str| {
         if lead {
             crate::say!("{line}");
