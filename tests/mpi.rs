@@ -675,6 +675,12 @@ fn another_process_says_the_pictures_it_could_not_decode() {
         err.contains("note: 1 image file(s) of this machine could not be decoded"),
         "{err}"
     );
+    // and process 0's records count it (they had nothing of it)
+    let metrics = std::fs::read_to_string(tmp.path().join("run/metrics.jsonl")).unwrap();
+    assert!(
+        metrics.contains("the process of rank 1 could not decode 1 of its machine's picture files"),
+        "{metrics}"
+    );
 }
 
 /// A validation class none of whose pictures decode on one machine only is left out by every

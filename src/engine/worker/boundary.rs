@@ -118,6 +118,41 @@ impl Worker {
                 self.forward_remote_steps();
             }
         }
+        self.other_processes_skipped()
+    }
+
+    /// The picture files each other process could not decode during the run, counted into
+    /// process 0's records (its log named them; process 0's records had none of them).
+    fn other_processes_skipped(&mut self) -> Result<(), EngineError> {
+        // (every process alike: their data agree)
+        if self.picture_sets.is_empty() {
+            return Ok(());
+        }
+        let mine = match self.rank == self.local.start {
+            true => self
+                .picture_sets
+                .iter()
+                .map(|s| s.failures())
+                .sum::<usize>(),
+            false => 0,
+        };
+        let mut all = vec![0u64; self.ranks];
+        self.coll.all_gather_u64(&[mine as u64], &mut all)?;
+        if self.rank != 0 {
+            return Ok(());
+        }
+        for (first, &n) in all
+            .iter()
+            .enumerate()
+            .filter(|&(r, &n)| n > 0 && !self.local.contains(&r))
+        {
+            let message = format!(
+                "the process of rank {first} could not decode {} of its machine's picture files during the run; another picture of the same class stood in for each where its class had one (that process's log names them)",
+                n
+            );
+            let step = self.step;
+            let _ = self.events.send(Event::Warning { step, message });
+        }
         Ok(())
     }
 
