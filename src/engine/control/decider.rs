@@ -188,7 +188,8 @@ pub fn agree(
         if coll.rank() == 0 && d.stop.is_none() {
             heard(Heard::Asked(
                 Control::Stop { checkpoint },
-                format!("the process of rank {rank}"),
+                // (a signal there: its own, or the whole job's, which reached it first)
+                format!("a signal to the process of rank {rank} (or to the whole job: mpirun passes one on to every process)"),
             ));
         }
         d.stop = Some(d.stop.unwrap_or(false) || checkpoint);
