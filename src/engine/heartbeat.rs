@@ -73,7 +73,8 @@ fn word(step: u64, phase: Phase) -> u64 {
 impl Phase {
     fn doing(self) -> &'static str {
         match self {
-            Phase::Data => "waiting for its data",
+            // (all another process's step reports tell: the step begun)
+            Phase::Data => "at its start (its batch)",
             Phase::Compute => "computing",
             Phase::Reduce => "in the all-reduce",
             Phase::Update => "updating",
@@ -84,24 +85,26 @@ impl Phase {
 }
 
 /// The ranks furthest behind where others are further on (the ones a run that stopped
-/// answering lost, as process 0's board has them), in words; none where all are at one place.
-pub fn behind(beats: &[Beat]) -> Option<String> {
+/// answering lost, as process 0's board has them), and that in words; none where all are at
+/// one place.
+pub fn behind(beats: &[Beat]) -> Option<(Vec<usize>, String)> {
     let at = |b: &Beat| word(b.step, b.phase);
     let last = beats.iter().map(at).min()?;
-    let ranks: Vec<String> = (beats.iter().enumerate())
-        .filter(|(_, b)| at(b) == last)
-        .map(|(r, _)| r.to_string())
+    let ranks: Vec<usize> = (0..beats.len())
+        .filter(|&r| at(&beats[r]) == last)
         .collect();
     if ranks.len() == beats.len() {
         return None;
     }
     let b = beats.iter().find(|b| at(b) == last)?;
-    Some(format!(
+    let listed: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+    let said = format!(
         "rank(s) {} last seen at step {}, {}, while the others went further",
-        ranks.join(", "),
+        listed.join(", "),
         b.step,
         b.phase.doing()
-    ))
+    );
+    Some((ranks, said))
 }
 
 /// The processes of a run pass their ranks' positions on to process 0 as these words.
@@ -153,7 +156,11 @@ mod tests {
         ];
         assert_eq!(
             behind(&beats).unwrap(),
-            "rank(s) 1, 3 last seen at step 123, computing, while the others went further"
+            (
+                vec![1, 3],
+                "rank(s) 1, 3 last seen at step 123, computing, while the others went further"
+                    .to_string()
+            )
         );
         assert_eq!(behind(&[at(5, Phase::Reduce), at(5, Phase::Reduce)]), None);
         assert_eq!(behind(&[]), None);

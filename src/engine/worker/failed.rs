@@ -23,12 +23,15 @@ pub(in crate::engine) fn panicked(
 /// reported once (not for ranks that only stopped because another did).
 pub(in crate::engine) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd, EngineError> {
     // process 0 has every rank's position: a run that stopped answering names the ranks lost
+    // (and its failure is theirs, the first's: not this rank's, which waited for them)
+    let mut lost = None;
     let e = match e {
         EngineError::Collective(crate::comm::CollectiveError::Lost(why)) => {
             let who = (w.local.start == 0)
                 .then(|| crate::engine::heartbeat::behind(&w.beats.read()))
                 .flatten();
-            let why = who.map_or(why.clone(), |who| format!("{why}; {who}"));
+            lost = who.as_ref().map(|(ranks, _)| ranks[0]);
+            let why = who.map_or(why.clone(), |(_, who)| format!("{why}; {who}"));
             // (the silence of a process stopped by a signal on this machine, explained: by
             // every process, process 0 among the ones that may be)
             let why = match crate::pids::Peer::suspended(&w.peers_here, |_| true) {
@@ -66,7 +69,7 @@ pub(in crate::engine) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd
         EngineError::Collective(crate::comm::CollectiveError::PeerFailed {
             rank: Some(r), ..
         }) => *r,
-        _ => w.rank,
+        _ => lost.unwrap_or(w.rank),
     };
     // (a write the process's quitting at once cut short is no failure: the run quit)
     if !knock_on && !shared && !crate::quit_at_once::quitting() {
