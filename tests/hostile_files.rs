@@ -305,7 +305,7 @@ fn picture_and_weights_flags_name_the_problem() {
     refused(
         d,
         &["--normalize", "0.5/0.5"],
-        &["--normalize", "1 mean values given"],
+        &["--normalize", "1 mean value given"],
     );
     refused(
         d,

@@ -132,8 +132,8 @@ fn three(s: &str, what: &str, spec: &str) -> Result<[f32; 3], String> {
         .map_err(|_| format!("`{spec}`: the {what} `{s}` is not three numbers; {NORM_HELP}"))?;
     let v: [f32; 3] = v.try_into().map_err(|v: Vec<f32>| {
         format!(
-            "`{spec}`: {} {what} values given, one per channel (R,G,B) needed; {NORM_HELP}",
-            v.len()
+            "`{spec}`: {} given, one per channel (R,G,B) needed; {NORM_HELP}",
+            crate::text::counted(v.len(), &format!("{what} value"))
         )
     })?;
     Ok(v)

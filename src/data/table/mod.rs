@@ -203,9 +203,9 @@ pub(super) fn load(
         (false, false) => String::new(),
     };
     let description = format!(
-        "{what}: {}, {} features{}, {} classes{}{sparse}; {split_text}; inputs {norm_text}",
+        "{what}: {}, {}{}, {} classes{}{sparse}; {split_text}; inputs {norm_text}",
         crate::text::counted(full.len(), "sample"),
-        full.features,
+        crate::text::counted(full.features, "feature"),
         full.image
             .map_or(String::new(), |s| format!(" ({})", shape_text(&s))),
         full.classes,
