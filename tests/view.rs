@@ -679,6 +679,14 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
         out.contains("the run is not running: it was killed"),
         "{out}"
     );
+    // its checkpoints gone: nothing to resume from, said (it said nothing)
+    std::fs::remove_dir_all(run_dir.join("checkpoints")).unwrap();
+    let out = view("killed without checkpoints");
+    assert!(
+        out.contains("no checkpoint to resume it from: its steps are lost")
+            && !out.contains("resume with"),
+        "{out}"
+    );
 }
 
 /// A stopped run's summary gives where its time went and how to go on, as its own last lines did.

@@ -143,7 +143,13 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
                 let recorded = app.last_checkpoint.as_deref();
                 way_on(run_dir.as_deref(), recorded, killed, stopped_at)
             })
-            .flatten();
+            .flatten()
+            // (killed with no checkpoint at all: said, not left to be wondered at)
+            .or_else(|| {
+                (killed && run_dir.is_some()).then(|| {
+                    "no checkpoint to resume it from: its steps are lost; start it again (--checkpoint-every N writes checkpoints as a run goes)".to_string()
+                })
+            });
         let cut = (reader.cut_off()).map(|l| {
             format!("its last line ({l}) was cut off mid-record where the run stopped writing")
         });
