@@ -512,10 +512,13 @@ fn a_long_answer_in_the_footer_leaves_help_and_quit_on_screen() {
         assert!(footer.contains("a batch of 2048 per"), "{w}: {footer}");
     }
     // one that fits without the other keys is whole
-    app.flash = Some("viewing a metrics file: the run cannot be changed from here".into());
+    app.flash = Some(mgtop::front::tui::app::VIEW_ONLY.into());
     let s = screen(&app, 80, 24);
     let footer = s.lines().last().unwrap();
-    assert!(footer.contains("cannot be changed from here"), "{footer}");
+    assert!(
+        footer.contains(mgtop::front::tui::app::VIEW_ONLY),
+        "{footer}"
+    );
     assert!(footer.contains("? help"), "{footer}");
 }
 

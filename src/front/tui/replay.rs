@@ -179,7 +179,7 @@ impl Source for FileSource {
 
     fn control(&mut self, _: Control) -> Result<(), String> {
         // a file's `App` answers every control key itself
-        Err("viewing a metrics file: the run cannot be changed from here".into())
+        Err(super::app::VIEW_ONLY.into())
     }
 
     fn on_signal(&mut self, _: &mut App) -> bool {

@@ -214,7 +214,7 @@ impl App {
     /// Runs `f` unless the UI is read-only or the run is over.
     fn checked(&mut self, f: impl FnOnce(&mut App) -> Option<Action>) -> Option<Action> {
         if self.mode == Mode::File {
-            self.flash = Some("viewing a metrics file: the run cannot be changed from here".into());
+            self.flash = Some(super::VIEW_ONLY.into());
             return None;
         }
         if self.disconnected.is_some() {

@@ -54,6 +54,9 @@ const SPARK_STEPS: usize = 256;
 const LOG_LINES: usize = 500;
 /// How long the footer keeps an answer.
 const FLASH_FOR: Duration = Duration::from_secs(15);
+
+/// What a key that would change the run says under `view` (short: the footer's, at 80 columns).
+pub const VIEW_ONLY: &str = "view only reads the run's record: attach changes a live run";
 /// How long a validation goes on before the header says `VALIDATING`.
 const VALIDATING_SAID: Duration = Duration::from_secs(1);
 
