@@ -20,8 +20,14 @@ pub fn moved(theirs: &[String], ours: &[String]) -> Option<(String, usize, usize
 
 /// A resume of the checkpoint `meta` (in `dir`) on data whose classes are `ours`: refused where
 /// a class moved to another output (a class renamed, added or removed since), and where the
-/// checkpoint's classes were named and the data's are numbers (which cannot be matched).
-pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(), EngineError> {
+/// checkpoint's classes were named and the data's are numbers (which cannot be matched). Where
+/// every class has another name now (other data?), a note saying so: its outputs go on
+/// answering by place.
+pub fn resumable(
+    meta: &CheckpointMeta,
+    ours: &[String],
+    dir: &Path,
+) -> Result<Option<String>, EngineError> {
     if ours.is_empty() && !meta.classes.is_empty() {
         return Err(EngineError::Config(format!(
             "--resume {}: the checkpoint's run trained on named classes ({}) and this data's labels are class numbers, which cannot be matched to them: give the data it trained on, labelled by name, or start a new run from its weights with --init {}",
@@ -30,8 +36,18 @@ pub fn resumable(meta: &CheckpointMeta, ours: &[String], dir: &Path) -> Result<(
             dir.join(WEIGHTS).display()
         )));
     }
-    let Some((name, was, is)) = moved(&meta.classes, ours) else {
-        return Ok(());
+    let theirs = &meta.classes;
+    let Some((name, was, is)) = moved(theirs, ours) else {
+        let all_renamed = !theirs.is_empty() && !ours.iter().any(|n| theirs.contains(n));
+        return Ok(all_renamed.then(|| {
+            format!(
+                "--resume: none of the checkpoint's classes ({}) is this data's ({}): its outputs go on answering by place (output 0 was `{}`, is `{}` now); where that was not meant, give the data it trained on",
+                crate::text::first_of(theirs, 4),
+                crate::text::first_of(ours, 4),
+                crate::text::excerpt(&theirs[0]),
+                crate::text::excerpt(ours.first().map_or("", |s| s.as_str()))
+            )
+        }));
     };
     Err(EngineError::Config(format!(
         "--resume {}: the data's classes are not where the checkpoint's run trained them: `{}` was its output {was} and is this data's {is} (a class renamed, added or removed since?), so its outputs would answer for other classes; give the classes it trained on ({}), or start a new run from its weights with --init {} (its head learns the new places)",
@@ -71,7 +87,18 @@ mod tests {
             ..CheckpointMeta::example()
         };
         let dir = Path::new("runs/pets/step-00000010");
-        assert!(resumable(&meta, &names("10,2,cat,dog"), dir).is_ok());
+        assert_eq!(resumable(&meta, &names("10,2,cat,dog"), dir).unwrap(), None);
+        assert_eq!(
+            resumable(&meta, &names("10,2,kitty,dog"), dir).unwrap(),
+            None
+        );
+        // every class another name: said (other data?), not refused
+        let note = resumable(&meta, &names("a,b,c,d"), dir).unwrap().unwrap();
+        assert!(
+            note.contains("none of the checkpoint's classes (10, 2, cat, dog) is this data's")
+                && note.contains("output 0 was `10`, is `a` now"),
+            "{note}"
+        );
         let e = resumable(&meta, &names("10,2,dog,zz"), dir)
             .unwrap_err()
             .to_string();

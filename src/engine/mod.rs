@@ -118,7 +118,8 @@ impl Engine {
         validate::model_before_data(&cfg)?;
         let mut loaded = data::load(&cfg.data, &cfg.inputs, cfg.seed)?;
         if let (Some(meta), Some(path)) = (&resumed, &cfg.resume) {
-            classes::resumable(meta, loaded.train.class_names(), path)?;
+            let note = classes::resumable(meta, loaded.train.class_names(), path)?;
+            loaded.notes.extend(note);
         }
         let alone = procs.is_none().then_some(devices.0.len());
         let (samples, notes) = (loaded.train.len(), &mut loaded.notes);
