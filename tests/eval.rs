@@ -530,6 +530,14 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
         !out.contains("read as the run read") && out.contains("csv bare.csv: 40 samples"),
         "{out}"
     );
+    // a header of numbered columns (pandas' for unnamed ones) is still the header
+    std::fs::write(d.join("numbered.csv"), format!("0,1,species\n{bare}")).unwrap();
+    let o = run_in(d, &["eval", "r1", "--data", "csv:numbered.csv"]);
+    let out = text(&o);
+    assert!(
+        o.status.success() && out.contains("csv numbered.csv: 40 samples"),
+        "{out}"
+    );
     // the training file moved away: rows it shares are not counted, said (it was silent)
     std::fs::rename(d.join("train.csv"), d.join("moved.csv")).unwrap();
     let o = run_in(d, &["eval", "r1", "--data", "csv:bare.csv"]);

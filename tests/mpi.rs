@@ -710,10 +710,10 @@ fn a_validation_class_lost_on_one_machine_is_left_out_by_every_process() {
             }
         }
     }
-    // (headers whole, so the processes' listings agree; every validation dog of process 0's
+    // (headers whole, so the processes' listings agree; every validation dog of process 1's
     // machine damaged)
     for i in 0..5 {
-        let broken = mine.join(format!("val/dog/{i}.png"));
+        let broken = theirs.join(format!("val/dog/{i}.png"));
         let mut bytes = std::fs::read(&broken).unwrap();
         let n = bytes.len();
         bytes[50..n - 16].fill(b'x');
@@ -757,6 +757,11 @@ fn a_validation_class_lost_on_one_machine_is_left_out_by_every_process() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("validation leaves the class out"), "{err}");
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    // process 0's records say it too (its own files decode)
+    assert!(
+        metrics.contains("no picture of class 1 decodes on another machine of the run"),
+        "{metrics}"
+    );
     let last = (metrics.lines())
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter(|r| r["val_accuracy"].is_number())
@@ -764,7 +769,7 @@ fn a_validation_class_lost_on_one_machine_is_left_out_by_every_process() {
         .unwrap_or_else(|| panic!("no validation in {metrics}"));
     let o = Command::new(BIN)
         .args(["eval", &run.display().to_string(), "--data"])
-        .arg(format!("images:{}", mine.join("val").display()))
+        .arg(format!("images:{}", theirs.join("val").display()))
         .output()
         .unwrap();
     let said = format!(

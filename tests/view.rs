@@ -679,11 +679,11 @@ fn a_killed_run_is_said_killed_and_a_live_one_running() {
         out.contains("the run is not running: it was killed"),
         "{out}"
     );
-    // its checkpoints gone: nothing to resume from, said (it said nothing)
+    // its checkpoints gone: the one recorded named as not there (it said nothing)
     std::fs::remove_dir_all(run_dir.join("checkpoints")).unwrap();
-    let out = view("killed without checkpoints");
+    let out = view("killed, its checkpoints removed");
     assert!(
-        out.contains("no checkpoint to resume it from: its steps are lost")
+        out.contains("is not there now (moved or removed?), nor any other of the run")
             && !out.contains("resume with"),
         "{out}"
     );
@@ -866,6 +866,24 @@ fn view_of_a_resumed_run_says_where_it_started() {
     assert!(
         out.lines().any(|l| l.starts_with("resumed from /")
             && l.ends_with("/a/checkpoints/step-00000010 at step 10")),
+        "{out}"
+    );
+}
+
+/// A run killed before it wrote any checkpoint: `view` says there is none to resume from (it
+/// said nothing of a way on).
+#[test]
+fn a_run_killed_before_any_checkpoint_is_said_to_have_none() {
+    let d = tempfile::tempdir().unwrap();
+    let mut run = common::run::Run::start(d.path(), &["--steps", "1000000"]);
+    run.wait_log("a step line", |l| l.contains("] step "));
+    run.child.kill().unwrap();
+    run.wait_exit();
+    let (code, out) = run_limited(d.path(), &["view", "--headless", "run"]);
+    assert!(
+        code == Some(0)
+            && out.contains("it was killed")
+            && out.contains("no checkpoint to resume it from: it wrote none"),
         "{out}"
     );
 }

@@ -42,7 +42,7 @@ pub fn command(args: &EvalArgs) -> anyhow::Result<()> {
     // as the run read its own
     let read_as = match (&given, args.data.as_deref()) {
         (Some(spec), Some(raw)) if spec.to_string() == raw => {
-            crate::data::held_out::as_the_run_read(spec, &cfg.data)
+            crate::data::held_out::as_the_run_read(spec, &cfg.data, &meta.classes)
         }
         _ => None,
     };

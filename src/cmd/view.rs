@@ -144,10 +144,14 @@ pub fn command(args: &ViewArgs, on_signals: &OnSignals) -> anyhow::Result<ExitCo
                 way_on(run_dir.as_deref(), recorded, killed, stopped_at)
             })
             .flatten()
-            // (killed with no checkpoint at all: said, not left to be wondered at)
+            // (killed with no checkpoint found: said, not left to be wondered at)
             .or_else(|| {
-                (killed && run_dir.is_some()).then(|| {
-                    "no checkpoint to resume it from: its steps are lost; start it again (--checkpoint-every N writes checkpoints as a run goes)".to_string()
+                (killed && run_dir.is_some()).then(|| match app.last_checkpoint.as_deref() {
+                    Some(p) => format!(
+                        "its last checkpoint recorded, {}, is not there now (moved or removed?), nor any other of the run: put it back to resume from it",
+                        p.display()
+                    ),
+                    None => "no checkpoint to resume it from: it wrote none, so its steps are lost; start it again (--checkpoint-every N writes checkpoints as a run goes)".to_string(),
                 })
             });
         let cut = (reader.cut_off()).map(|l| {

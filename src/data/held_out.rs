@@ -308,7 +308,11 @@ fn load_table(spec: &DataSpec, r: &Recipe) -> Result<HeldOut, DataError> {
 /// (`run`) with some (`label=2`, `shape=`, `header`): read as the run read its own, a file "of
 /// the training file's columns", and a note saying so. (A line 1 of values taken for a header
 /// is said by the load: given its own options, the file is read as they say.)
-pub fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, String)> {
+pub fn as_the_run_read(
+    spec: &DataSpec,
+    run: &DataSpec,
+    classes: &[String],
+) -> Option<(DataSpec, String)> {
     use super::LabelColumn;
     let DataSpec::Csv {
         path,
@@ -329,7 +333,7 @@ pub fn as_the_run_read(spec: &DataSpec, run: &DataSpec) -> Option<(DataSpec, Str
         return None;
     };
     // (the run's header where this file has one: a line 1 of numbers is a sample)
-    let sample = header && super::csv::line_one_is_a_sample(path, label);
+    let sample = header && super::csv::line_one_is_a_sample(path, label, classes);
     let read = DataSpec::Csv {
         path: path.clone(),
         label,

@@ -246,11 +246,11 @@ impl LostClasses {
 
     /// A class another process found lost (its files of the class are damaged where this
     /// process's may not be): left out here too, so that every process validates over the
-    /// same classes; told by that process.
-    pub fn add_elsewhere(&self, label: u32) {
+    /// same classes; told where `tell` (process 0, whose records are the run's).
+    pub fn add_elsewhere(&self, label: u32, tell: bool) {
         let mut lost = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let why = format!("no picture of class {label} decodes on another machine of the run");
-        lost.entry(label).or_insert((why, true));
+        lost.entry(label).or_insert((why, !tell));
     }
 
     /// Why the first class lost is (`None`: every class's pictures decode, so far).

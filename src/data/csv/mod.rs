@@ -84,8 +84,10 @@ pub(super) fn features_of_first_row(
 }
 
 /// Whether line 1 of `path` reads as a row of samples (every field but the label column's a
-/// number): not a header, whatever another file's reading says. False where it cannot be read.
-pub(crate) fn line_one_is_a_sample(path: &Path, label: LabelColumn) -> bool {
+/// number, its label one of `classes`, or a number where they are numbered: a header of
+/// numbered columns, `0,1,2,label`, is none): not a header, whatever another file's reading
+/// says. False where it cannot be read.
+pub(crate) fn line_one_is_a_sample(path: &Path, label: LabelColumn, classes: &[String]) -> bool {
     let Some((fields, _)) = leading(path, true) else {
         return false;
     };
@@ -94,8 +96,13 @@ pub(crate) fn line_one_is_a_sample(path: &Path, label: LabelColumn) -> bool {
         LabelColumn::Last => fields.len().saturating_sub(1),
         LabelColumn::Index(c) => c,
     };
+    let labelled = |f: &str| match classes.is_empty() {
+        true => f.trim().parse::<f64>().is_ok(),
+        false => classes.iter().any(|c| c == f),
+    };
     fields.len() > 1
         && lc < fields.len()
+        && labelled(&fields[lc])
         && (fields.iter().enumerate()).all(|(j, f)| j == lc || f.trim().parse::<f64>().is_ok())
 }
 

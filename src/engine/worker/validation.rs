@@ -65,7 +65,8 @@ impl Worker {
             now.iter().for_each(|&c| mask[c as usize] = 1.0);
             self.coll.all_reduce_sum(&mut mask)?;
             let elsewhere = (0..mask.len() as u32).filter(|&c| mask[c as usize] > 0.0);
-            elsewhere.for_each(|c| p.lost.add_elsewhere(c));
+            let tell = self.local.start == 0;
+            elsewhere.for_each(|c| p.lost.add_elsewhere(c, tell));
             now = lost();
         }
         if now != known {

@@ -328,7 +328,15 @@ impl App {
         }
         if let Some(line) = event_line(&e, self.info.budget, self.info.grad_accum) {
             // (another client's change while the footer speaks: the newer state, not ours)
-            let supersedes = matches!(e, Event::Control { .. }) && self.flash.is_some();
+            // (`--rebalance`'s re-cuts come often, and say nothing the footer spoke of)
+            let supersedes = self.flash.is_some()
+                && matches!(
+                    e,
+                    Event::Control {
+                        applied: Applied::BatchSize { .. } | Applied::Paused | Applied::Resumed,
+                        ..
+                    }
+                );
             if answers || supersedes {
                 self.flash = Some(line.clone());
             }
