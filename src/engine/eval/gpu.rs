@@ -70,12 +70,8 @@ pub(super) fn run(
         .into_iter()
         .collect();
     let optimizer = crate::engine::validate::optimizer(cfg, model);
-    // (eval takes no step: the optimizer's moments, Adam's twice the weights, stay off the GPU)
-    let state = TrainState {
-        params: state.params.clone(),
-        opt: Default::default(),
-        buffers: state.buffers.clone(),
-    };
+    // (the weights uploaded: the caller's state holds no optimizer moments)
+    let state = state.clone();
     let open = (index, model.clone(), optimizer, precision, state);
     let tally = match precision {
         Precision::Bf16 => chunks(

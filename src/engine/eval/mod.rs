@@ -90,7 +90,9 @@ pub fn evaluate(
         ));
     }
     let optimizer = meta.optimizer.clone();
-    let (meta, state) = opened.read(&model, &optimizer).map_err(damaged)?;
+    let (meta, mut state) = opened.read(&model, &optimizer).map_err(damaged)?;
+    // (eval takes no step: the optimizer's moments, Adam's twice the weights, are let go)
+    state.opt = Default::default();
     let classes = class_names(&meta, &set);
     // (against what the checkpoint recorded: an older one's outputs are numbers, named by none)
     notes.extend(renamed(&meta.classes, set.class_names()));

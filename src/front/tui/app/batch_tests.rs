@@ -195,4 +195,18 @@ fn a_batch_changes_learning_rate_comes_with_it() {
         },
     );
     assert_eq!((app.per_replica, app.lr()), (64, lr));
+    // a step of it reported: its row's rate from then on (a schedule moves it)
+    let mut m = crate::observe::monitor::Monitor::new(2);
+    let mut row = |r| {
+        let mut s = crate::front::tui::demo::step(r, 2, 6);
+        s.lr = lr * 0.5;
+        m.on_step(s)
+    };
+    row(0);
+    let row = row(1).unwrap();
+    app.apply(AppEvent::Row {
+        row,
+        samples_per_sec: None,
+    });
+    assert_eq!(app.lr(), lr * 0.5);
 }

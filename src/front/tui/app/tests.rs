@@ -206,7 +206,10 @@ fn watching_a_recorded_run_disables_controls_and_q_leaves_at_once() {
     assert!(app.devices[0].split().is_some());
     for c in ['p', ' ', ']', '[', 's'] {
         assert_eq!(app.handle_key(key(c)), None, "{c}");
-        assert!(app.flash.as_ref().unwrap().contains("view only reads"), "{c}");
+        assert!(
+            app.flash.as_ref().unwrap().contains("view only reads"),
+            "{c}"
+        );
     }
     assert_eq!(app.pending_pause, None);
     assert_eq!(app.handle_key(key('q')), Some(Action::Quit));

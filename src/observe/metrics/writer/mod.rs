@@ -87,8 +87,6 @@ fn run_record(path: &Path) -> Option<serde_json::Value> {
         .filter(|v| v.get("type").and_then(|t| t.as_str()) == Some("run"))
 }
 
-/// Takes the file's write lock (flock, held while `f` is open) for a run's writer: another
-/// live run writing the same file is refused rather than the two interleaving their lines.
 /// Which newline of a stretch of a file [`line_end`] looks for.
 #[derive(Clone, Copy)]
 enum Newline {
@@ -116,6 +114,8 @@ fn line_end(path: &Path, within: std::ops::Range<u64>, which: Newline) -> Option
     at.map(|at| within.start + at as u64 + 1)
 }
 
+/// Takes the file's write lock (flock, held while `f` is open) for a run's writer: another
+/// live run writing the same file is refused rather than the two interleaving their lines.
 fn lock(f: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor the caller keeps open
