@@ -106,46 +106,19 @@ pub(super) fn points(
     Ok(())
 }
 
-/// Refuses a grid other processes of the job measure otherwise (their `--counts`, `--batches`,
-/// `--prefetch-modes`, `--strategies`, `--warmup-steps`, `--seconds` or `--repeat` given
-/// otherwise, or counts taken from machines of other core counts): every process measures each
-/// point together, so the first point one process has and another has not waited for ever.
-/// Every process compares; process 0 says it.
-pub(super) fn same_plan(
+/// Refuses a grid other processes of the job are given otherwise (their `--counts`, or the
+/// counts each takes from its machine's cores or GPUs where none are given, `--batches`,
+/// `--prefetch-modes`, `--strategies`, `--warmup-steps`, `--seconds` or `--repeat`): every
+/// process measures each point together, so the first point one process has and another has
+/// not waited for ever. Every process compares, before any check that may fail on one alone;
+/// process 0 says it.
+pub(super) fn same_grid(
     procs: &dyn crate::comm::Processes,
-    plan: &super::Plan,
+    mut flags: Vec<(String, String)>,
+    counts: &[usize],
 ) -> Result<(), crate::engine::EngineError> {
-    let list = |v: Vec<String>| v.join(",");
-    let flags = |plan: &super::Plan| -> Vec<(String, String)> {
-        [
-            (
-                "--counts",
-                list(plan.counts.iter().map(|c| c.to_string()).collect()),
-            ),
-            (
-                "--batches",
-                list(plan.batches.iter().map(|b| b.to_string()).collect()),
-            ),
-            (
-                "--prefetch-modes",
-                list(
-                    (plan.prefetch.iter())
-                        .map(|&on| if on { "on" } else { "off" }.into())
-                        .collect(),
-                ),
-            ),
-            (
-                "--strategies",
-                list(plan.strategies.iter().map(|s| s.to_string()).collect()),
-            ),
-            ("--warmup-steps", plan.warmup_steps.to_string()),
-            ("--seconds", format!("{}", plan.timed.as_secs_f64())),
-            ("--repeat", plan.repeat.to_string()),
-        ]
-        .map(|(f, v)| (f.to_string(), v))
-        .to_vec()
-    };
-    let mine = serde_json::to_vec(&flags(plan)).expect("plain data serializes");
+    flags.insert(0, ("--counts".into(), list(counts)));
+    let mine = serde_json::to_vec(&flags).expect("plain data serializes");
     let met = |e| crate::engine::EngineError::Config(format!("the processes could not meet: {e}"));
     let all = crate::comm::processes::gather_vecs(procs, &mine).map_err(met)?;
     let read = |b: &[u8]| serde_json::from_slice::<Vec<(String, String)>>(b).unwrap_or_default();
@@ -153,8 +126,11 @@ pub(super) fn same_plan(
     for (p, theirs) in all.iter().enumerate().skip(1) {
         for ((flag, ours), (_, theirs)) in lead.iter().zip(read(theirs)) {
             if *ours != theirs {
+                let said = |v: &str| crate::text::setting(flag, v);
                 return Err(crate::engine::EngineError::Shared(format!(
-                    "process {p} measures {flag} {theirs}, process 0 {flag} {ours}: the processes measure each point together, so every process must be given scale's flags alike (where --counts is not given, each takes it from its machine's cores: give it); give every process the same flags"
+                    "process {p} measures {}, process 0 {}: the processes measure each point together, so every process must be given scale's flags alike (where --counts is not given, each takes it from its machine's cores or GPUs: give it); give every process the same flags",
+                    said(&theirs),
+                    said(ours)
                 )));
             }
         }
@@ -177,4 +153,26 @@ pub(super) fn spanning_strategies(
         )));
     }
     Ok(())
+}
+
+/// A list of numbers as a flag takes it: `2,4`.
+fn list(v: &[usize]) -> String {
+    (v.iter().map(|c| c.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The grid's flags but `--counts` (which may come from the machine), as (flag, value), for
+/// [`same_grid`].
+pub(super) fn grid_flags(args: &crate::cli::ScaleArgs) -> Vec<(String, String)> {
+    [
+        ("--batches", list(&args.batches)),
+        ("--prefetch-modes", args.prefetch_modes.join(",")),
+        ("--strategies", args.strategies.clone().unwrap_or_default()),
+        ("--warmup-steps", args.warmup_steps.to_string()),
+        ("--seconds", args.seconds.to_string()),
+        ("--repeat", args.repeat.to_string()),
+    ]
+    .map(|(f, v)| (f.to_string(), v))
+    .to_vec()
 }

@@ -336,6 +336,7 @@ fn grid(
     if lead {
         checks::say_ignored(&args.train);
     }
+    let grid_flags = checks::grid_flags(&args);
     // (a checkpoint's model, data and batch would stand in for the flags' otherwise)
     args.train.resume = None;
     let (mut base, _, _) = (args.train)
@@ -362,6 +363,9 @@ fn grid(
     } else {
         (1..=gpus.len()).collect()
     };
+    if let Some(j) = &procs {
+        checks::same_grid(j.as_ref(), grid_flags, &counts)?;
+    }
     checks::points(&counts, n, &gpus, &base)?;
     // (the training flags checked as a run checks them first, before any point is measured)
     crate::engine::check_settings(&base)?;
@@ -400,9 +404,6 @@ fn grid(
         timed: Duration::from_secs_f64(args.seconds),
         repeat: args.repeat,
     };
-    if let Some(j) = &procs {
-        checks::same_plan(j.as_ref(), &plan)?;
-    }
     let say = |line: &str| {
         if lead {
             crate::say!("{line}");
