@@ -1563,7 +1563,7 @@ fn init_weights_that_overflow_are_blamed_not_the_learning_rate() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("not finite at step 1, the run's first, before any update")
+        err.contains("not finite at step 1, this run's first, before any update")
             && err.contains(&format!("--init {init}"))
             && !err.contains("lower --lr"),
         "{err}"

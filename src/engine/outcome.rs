@@ -27,8 +27,8 @@ pub enum EngineError {
         step: u64,
         epoch: u64,
         checkpoint: Option<PathBuf>,
-        /// What the run started from, where `step` is its first (the loss came before any
-        /// update: no learning rate made it so).
+        /// Where `step` is this run's first, what to blame in words (what it started from, its
+        /// data: the loss came before any update, so no learning rate made it so).
         started_from: Option<String>,
     },
     #[error("worker for rank {rank} panicked at step {step}: {message}; all ranks stopped")]
@@ -45,8 +45,8 @@ pub enum EngineError {
     Gpu(#[from] crate::backend::cuda::CudaError),
 }
 
-/// A loss (or weights) not finite, said: at the run's first step, what it started from is to
-/// blame (or its inputs); later, the training's settings.
+/// A loss (or weights) not finite, said: at this run's first step, what it started from is to
+/// blame (or its data); later, the training's settings.
 fn non_finite(
     step: u64,
     epoch: u64,
@@ -54,8 +54,8 @@ fn non_finite(
     started_from: Option<&str>,
 ) -> String {
     match started_from {
-        Some(from) => format!(
-            "the loss is not finite at step {step}, the run's first, before any update: the weights it started from ({from}) or its inputs give outputs that overflow (NaN or infinity); all ranks stopped; start from other weights, or check the data's values (--normalize scales them)"
+        Some(why) => format!(
+            "the loss is not finite at step {step}, this run's first, before any update: {why}; all ranks stopped"
         ),
         None => format!(
             "training diverged: the loss is not finite at step {step} (epoch {epoch}); all ranks stopped{}; try a lower --lr, more --warmup, or --clip-grad-norm 1.0",

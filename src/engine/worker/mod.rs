@@ -167,12 +167,18 @@ impl Worker {
     /// The run's stop at a loss (or weights) not finite at `step` of `epoch`: where that is
     /// the run's first step, no update made it so, and what it started from is named.
     fn non_finite(&self, step: u64, epoch: u64) -> EngineError {
-        let started_from =
-            (step == self.started_at + 1).then(|| match (&self.cfg.resume, &self.cfg.init) {
-                (Some(point), _) => format!("the checkpoint it resumed from, {}", point.display()),
-                (None, Some(init)) => format!("--init {}", init.display()),
-                (None, None) => "its seeded initial weights".into(),
-            });
+        let pictures = self.val.pictures.is_some() || self.train_lost.is_some();
+        let scaled = match pictures {
+            true => " (--normalize scales pictures' values)",
+            false => "",
+        };
+        let started_from = (step == self.started_at + 1).then(|| {
+            match (&self.cfg.resume, &self.cfg.init) {
+                (Some(point), _) => format!("the weights of the checkpoint it resumed from ({}) give outputs that overflow (NaN or infinity) on its data: was its run diverging as it saved them? resume from an earlier checkpoint of the run, with a lower --lr", point.display()),
+                (None, Some(init)) => format!("the weights of --init {} or the data's values give outputs that overflow (NaN or infinity): start from other weights, or check the data's values{scaled}", init.display()),
+                (None, None) => format!("the data's values make the seeded initial weights' outputs overflow (NaN or infinity): check them{scaled}"),
+            }
+        });
         EngineError::NonFinite {
             step,
             epoch,
