@@ -545,8 +545,8 @@ fn a_table_of_named_classes_trains_and_is_evaluated_by_name() {
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("are ones the run trained on is not checked: its training data (--data csv:")
-            && out.contains("train.csv,header) does not read as it did"),
+        out.contains("are ones the run trained on is not checked: the run's data (--data csv:")
+            && out.contains("train.csv,header) does not read as the checkpoint recorded it"),
         "{out}"
     );
     // given any option of its own (the default's too), it is read as they say

@@ -268,7 +268,7 @@ fn given_set(
                 h.set.len()
             )),
             None => h.notes.push(format!(
-                "whether samples of --data {spec} are ones the run trained on is not checked: its training data (--data {}) does not read as it did (moved, changed or removed)",
+                "whether samples of --data {spec} are ones the run trained on is not checked: the run's data (--data {}) does not read as the checkpoint recorded it (moved, changed or removed)",
                 cfg.data
             )),
         }

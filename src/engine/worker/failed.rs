@@ -49,7 +49,6 @@ pub(in crate::engine) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd
         }
         e => e,
     };
-    w.coll.abort(&format!("rank {} failed: {e}", w.rank));
     let knock_on = matches!(
         e,
         EngineError::Collective(crate::comm::CollectiveError::Aborted(_))
@@ -71,6 +70,7 @@ pub(in crate::engine) fn stop_all(w: Worker, e: EngineError) -> Result<WorkerEnd
         }) => *r,
         _ => lost.unwrap_or(w.rank),
     };
+    w.coll.abort(&format!("rank {rank} failed: {e}"));
     // (a write the process's quitting at once cut short is no failure: the run quit)
     if !knock_on && !shared && !crate::quit_at_once::quitting() {
         let _ = w.events.send(Event::Failed {
