@@ -443,7 +443,7 @@ fn view_shows_a_recorded_run_read_only_and_q_leaves_with_a_clean_terminal() {
     // a key that would change the run says why it does nothing; q leaves at once
     tmux.keys(&["Escape", "p"]);
     tmux.wait("the read-only answer", |s| {
-        s.contains("viewing a metrics file: the run cannot be changed")
+        s.contains(mgtop::front::tui::app::VIEW_ONLY)
     });
     tmux.keys(&["q"]);
     let s = tmux.wait("the shell", |s| s.contains("shell-back"));
