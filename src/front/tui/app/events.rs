@@ -91,6 +91,15 @@ impl App {
         }
     }
 
+    /// The learning rate the run trains at: the last step's, or a batch change's from the
+    /// step it applies at (the last step's row has the old one until a step of it comes).
+    pub fn lr(&self) -> f32 {
+        match (self.lr_from, &self.last_row) {
+            (Some((_, lr)), _) => lr,
+            (None, row) => row.as_ref().map_or(self.info.lr, |r| r.lr),
+        }
+    }
+
     pub(super) fn on_row(&mut self, row: StepRow, samples_per_sec: Option<f64>) {
         for s in &row.ranks {
             if let Some(d) = self.devices.get_mut(s.rank) {

@@ -6,6 +6,9 @@ use super::{Action, App, Level, Mode, Popup, RunState, Silent, View};
 
 use crate::engine::control::{Control, MAX_BATCH};
 
+/// What a key that would change the run says under `view` (short: the footer's, at 80 columns).
+pub const VIEW_ONLY: &str = "view only reads the run's record: attach changes a live run";
+
 /// How long after a checkpoint was written `s` waits before it asks for another (a held key
 /// writes one, not one a step).
 const CHECKPOINTS_APART: std::time::Duration = std::time::Duration::from_secs(1);
@@ -214,7 +217,7 @@ impl App {
     /// Runs `f` unless the UI is read-only or the run is over.
     fn checked(&mut self, f: impl FnOnce(&mut App) -> Option<Action>) -> Option<Action> {
         if self.mode == Mode::File {
-            self.flash = Some(super::VIEW_ONLY.into());
+            self.flash = Some(VIEW_ONLY.into());
             return None;
         }
         if self.disconnected.is_some() {

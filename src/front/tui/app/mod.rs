@@ -14,6 +14,7 @@ mod log;
 mod view;
 
 pub use device::{DeviceState, Split};
+pub use keys::VIEW_ONLY;
 pub use log::{Level, LogEntry};
 pub use view::{Mode, Popup, RunState, View, Window};
 
@@ -55,8 +56,6 @@ const LOG_LINES: usize = 500;
 /// How long the footer keeps an answer.
 const FLASH_FOR: Duration = Duration::from_secs(15);
 
-/// What a key that would change the run says under `view` (short: the footer's, at 80 columns).
-pub const VIEW_ONLY: &str = "view only reads the run's record: attach changes a live run";
 /// How long a validation goes on before the header says `VALIDATING`.
 const VALIDATING_SAID: Duration = Duration::from_secs(1);
 
@@ -175,8 +174,7 @@ pub struct App {
     pub samples_per_sec: Option<f64>,
     pub eta: Option<Duration>,
     pub per_replica: usize,
-    /// The learning rate a batch change set, and the step it trains from: the header's until
-    /// a step of it is reported (the last step's row has the old one).
+    /// A batch change's learning rate and the step it trains from, until a step of it reports.
     pub lr_from: Option<(u64, f32)>,
     /// Samples per rank when `--rebalance` has cut the global batch unevenly.
     pub split: Option<Vec<usize>>,
@@ -450,19 +448,9 @@ impl App {
         }
     }
 
-    /// The learning rate the run trains at: the last step's, or a batch change's from the
-    /// step it applies at (the last step's row has the old one until a step of it comes).
-    pub fn lr(&self) -> f32 {
-        match (self.lr_from, &self.last_row) {
-            (Some((_, lr)), _) => lr,
-            (None, row) => row.as_ref().map_or(self.info.lr, |r| r.lr),
-        }
-    }
-
     /// The footer's answer is for a moment: it goes `FLASH_FOR` after it was first seen here
-    /// (the events panel keeps what it said), not when the next key is pressed, maybe minutes
-    /// later. Called with the wall clock as the screen loops (a run's clock stands still once
-    /// it has ended, and a file's jumps as it is read); whether the answer went.
+    /// (the events panel keeps it), not at the next key. Called with the wall clock as the
+    /// screen loops (a run's clock stands still once it ended, a file's jumps); whether it went.
     pub fn age_flash(&mut self, now: std::time::Instant) -> bool {
         match (&self.flash, &self.flash_since) {
             (Some(f), Some((seen, at))) if f == seen => {

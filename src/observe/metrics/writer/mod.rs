@@ -87,33 +87,6 @@ fn run_record(path: &Path) -> Option<serde_json::Value> {
         .filter(|v| v.get("type").and_then(|t| t.as_str()) == Some("run"))
 }
 
-/// Which newline of a stretch of a file [`line_end`] looks for.
-#[derive(Clone, Copy)]
-enum Newline {
-    First,
-    Last,
-}
-
-/// Where the line ending at the first or last newline among the bytes `within` of the file at
-/// `path` ends (one past that newline); `None` where there is no newline there or it cannot be
-/// read.
-fn line_end(path: &Path, within: std::ops::Range<u64>, which: Newline) -> Option<u64> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| {
-            f.seek(SeekFrom::Start(within.start))?;
-            f.take(within.end.saturating_sub(within.start))
-                .read_to_end(&mut bytes)
-        })
-        .ok()?;
-    let at = match which {
-        Newline::First => bytes.iter().position(|&b| b == b'\n'),
-        Newline::Last => bytes.iter().rposition(|&b| b == b'\n'),
-    };
-    at.map(|at| within.start + at as u64 + 1)
-}
-
 /// Takes the file's write lock (flock, held while `f` is open) for a run's writer: another
 /// live run writing the same file is refused rather than the two interleaving their lines.
 fn lock(f: &File) -> std::io::Result<()> {
@@ -496,6 +469,8 @@ impl MetricsWriter {
 mod claim;
 mod pipe;
 mod truncated;
+
 pub use claim::Claim;
+use truncated::{line_end, Newline};
 #[cfg(test)]
 mod tests;

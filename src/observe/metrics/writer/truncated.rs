@@ -4,7 +4,36 @@
 
 use std::io::{Seek, SeekFrom, Write};
 
-use super::{line_end, Found, MetricsWriter, Newline};
+use std::path::Path;
+
+use super::{Found, MetricsWriter};
+
+/// Which newline of a stretch of a file [`line_end`] looks for.
+#[derive(Clone, Copy)]
+pub(super) enum Newline {
+    First,
+    Last,
+}
+
+/// Where the line ending at the first or last newline among the bytes `within` of the file at
+/// `path` ends (one past that newline); `None` where there is no newline there or it cannot be
+/// read.
+pub(super) fn line_end(path: &Path, within: std::ops::Range<u64>, which: Newline) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| {
+            f.seek(SeekFrom::Start(within.start))?;
+            f.take(within.end.saturating_sub(within.start))
+                .read_to_end(&mut bytes)
+        })
+        .ok()?;
+    let at = match which {
+        Newline::First => bytes.iter().position(|&b| b == b'\n'),
+        Newline::Last => bytes.iter().rposition(|&b| b == b'\n'),
+    };
+    at.map(|at| within.start + at as u64 + 1)
+}
 
 impl MetricsWriter {
     /// Where the file is shorter than what was flushed to it, writing goes on at its end: after
