@@ -764,8 +764,7 @@ fn a_validation_class_lost_on_one_machine_is_left_out_by_every_process() {
     );
     let last = (metrics.lines())
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["val_accuracy"].is_number())
-        .next_back()
+        .rfind(|r| r["val_accuracy"].is_number())
         .unwrap_or_else(|| panic!("no validation in {metrics}"));
     let o = Command::new(BIN)
         .args(["eval", &run.display().to_string(), "--data"])
